@@ -1,0 +1,92 @@
+/*
+ * addr.c - normalised endpoints (see addr.h).
+ */
+#include "addr.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+
+static const uint8_t v4mapped_prefix[12] = { 0,0,0,0, 0,0,0,0, 0,0,0xff,0xff };
+
+int ep_from_sockaddr(struct ep *e, const struct sockaddr *sa, socklen_t len)
+{
+	memset(e, 0, sizeof(*e));
+	if (sa->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *s = (const void *)sa;
+		memcpy(e->ip, v4mapped_prefix, 12);
+		memcpy(e->ip + 12, &s->sin_addr, 4);
+		e->port = ntohs(s->sin_port);
+		return 0;
+	}
+	if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *s = (const void *)sa;
+		memcpy(e->ip, &s->sin6_addr, 16);
+		e->port = ntohs(s->sin6_port);
+		return 0;
+	}
+	return -1;
+}
+
+int ep_is_v4(const struct ep *e)
+{
+	return memcmp(e->ip, v4mapped_prefix, 12) == 0;
+}
+
+int ep_is_loopback(const struct ep *e)
+{
+	static const uint8_t v6lo[16] = { [15] = 1 };
+
+	if (ep_is_v4(e))
+		return e->ip[12] == 127;
+	return memcmp(e->ip, v6lo, 16) == 0;
+}
+
+int ep_is_any(const struct ep *e)
+{
+	static const uint8_t zero[16];
+
+	if (ep_is_v4(e))
+		return memcmp(e->ip + 12, zero, 4) == 0;
+	return memcmp(e->ip, zero, 16) == 0;
+}
+
+int ep_ip_equal(const struct ep *a, const struct ep *b)
+{
+	return memcmp(a->ip, b->ip, 16) == 0;
+}
+
+int ep_equal(const struct ep *a, const struct ep *b)
+{
+	return ep_ip_equal(a, b) && a->port == b->port;
+}
+
+void ep_ip_hex(const struct ep *e, char out[33])
+{
+	for (int i = 0; i < 16; i++)
+		snprintf(out + 2 * i, 3, "%02x", e->ip[i]);
+}
+
+int ep_ip_from_hex(struct ep *e, const char *hex)
+{
+	for (int i = 0; i < 16; i++) {
+		unsigned v;
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+			return -1;
+		e->ip[i] = (uint8_t)v;
+	}
+	return 0;
+}
+
+void ep_format(const struct ep *e, char *out, size_t len)
+{
+	char ip[INET6_ADDRSTRLEN];
+
+	if (ep_is_v4(e)) {
+		inet_ntop(AF_INET, e->ip + 12, ip, sizeof(ip));
+		snprintf(out, len, "%s:%u", ip, e->port);
+	} else {
+		inet_ntop(AF_INET6, e->ip, ip, sizeof(ip));
+		snprintf(out, len, "[%s]:%u", ip, e->port);
+	}
+}

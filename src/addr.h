@@ -1,0 +1,34 @@
+/*
+ * addr.h - socket addresses as smclo compares and names them.
+ *
+ * IPv4 and IPv6 endpoints are normalised to one 16-byte form (IPv4 as
+ * v4-mapped IPv6) so a v6 listener accepting a v4 client and the v4 client
+ * agree on the registry key.
+ */
+#ifndef SMCLO_ADDR_H
+#define SMCLO_ADDR_H
+
+#include <netinet/in.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct ep {
+	uint8_t ip[16];     /* v4-mapped for IPv4 */
+	uint16_t port;      /* host order */
+};
+
+int ep_from_sockaddr(struct ep *e, const struct sockaddr *sa, socklen_t len);
+int ep_is_v4(const struct ep *e);
+int ep_is_loopback(const struct ep *e);
+int ep_is_any(const struct ep *e);
+int ep_ip_equal(const struct ep *a, const struct ep *b);
+int ep_equal(const struct ep *a, const struct ep *b);
+
+/* 32 hex digits of the address, for registry names. */
+void ep_ip_hex(const struct ep *e, char out[33]);
+int ep_ip_from_hex(struct ep *e, const char *hex);
+
+/* "127.0.0.1:6379" or "[::1]:6379". */
+void ep_format(const struct ep *e, char *out, size_t len);
+
+#endif

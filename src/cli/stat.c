@@ -1,0 +1,155 @@
+/*
+ * stat.c - `smclo stat` (live connections, like smc-tools' smcss) and
+ * `smclo stats` (totals, like `smcd stats`).
+ *
+ * Both first tidy the registry: tables of processes that died are folded
+ * into the totals and entries nobody holds any more are removed.
+ */
+#include "cli.h"
+
+#include "config.h"
+#include "registry.h"
+#include "stats.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static const char *const mode_names[] = { "pending", "shm", "tcp" };
+
+static int open_registry(struct smclo_config *c, int *dirfd, struct stats_totals **tot)
+{
+	char err[300];
+
+	if (config_load(c, err, sizeof(err)) < 0)
+		return usage_error("%s", err);
+	*dirfd = registry_open(c->dir, c->dir_is_default, err, sizeof(err));
+	if (*dirfd < 0)
+		return usage_error("%s", err);
+	*tot = stats_totals_map(*dirfd);
+	if (!*tot)
+		return usage_error("registry %s: cannot map the stats file", c->dir);
+	stats_collect_dead(*dirfd, *tot);
+	registry_gc(*dirfd);
+	return 0;
+}
+
+static int parse_flags(int argc, char **argv, int *json, int *reset, const char *cmd)
+{
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			*json = 1;
+		else if (reset && !strcmp(argv[i], "--reset"))
+			*reset = 1;
+		else
+			return usage_error("%s: unknown option '%s'", cmd, argv[i]);
+	}
+	return 0;
+}
+
+struct stat_out {
+	int json, n;
+};
+
+static void print_slot(const struct stat_slot *s, void *arg)
+{
+	struct stat_out *o = arg;
+	char l[64], p[64];
+	const char *mode = s->mode < 3 ? mode_names[s->mode] : "?";
+	const char *role = s->role == ROLE_SERVER ? "server" : "client";
+
+	ep_format(&s->local, l, sizeof(l));
+	ep_format(&s->peer, p, sizeof(p));
+	if (o->json) {
+		printf("%s\n    {\"pid\": %d, \"fd\": %d, \"role\": \"%s\", \"local\": \"%s\", "
+		       "\"peer\": \"%s\", \"mode\": \"%s\", \"reason\": \"%s\", "
+		       "\"reason_text\": \"%s\", \"tx_bytes\": %llu, \"rx_bytes\": %llu, "
+		       "\"tx_ring\": %u, \"rx_ring\": %u, \"tx_fill\": %u, \"rx_fill\": %u}",
+		       o->n ? "," : "", s->pid, s->fd, role, l, p, mode,
+		       s->mode == MODE_TCP ? reason_id(s->reason) : "",
+		       s->mode == MODE_TCP ? reason_text(s->reason) : "",
+		       (unsigned long long)s->tx_bytes, (unsigned long long)s->rx_bytes,
+		       s->tx_ring, s->rx_ring, s->tx_fill, s->rx_fill);
+	} else {
+		char ring[32] = "-";
+		if (s->mode == MODE_SHM)
+			snprintf(ring, sizeof(ring), "%uk/%uk", s->tx_ring >> 10, s->rx_ring >> 10);
+		printf("%-7d %-4d %-6s %-22s %-22s %-4s %12llu %12llu %-11s %-9u %s\n",
+		       s->pid, s->fd, role, l, p, mode,
+		       (unsigned long long)s->tx_bytes, (unsigned long long)s->rx_bytes,
+		       ring, s->rx_fill,
+		       s->mode == MODE_TCP ? reason_text(s->reason) : "");
+	}
+	o->n++;
+}
+
+int cmd_stat(int argc, char **argv)
+{
+	struct smclo_config c;
+	struct stats_totals *tot;
+	struct stat_out o = { 0 };
+	int dirfd, rc;
+
+	if ((rc = parse_flags(argc, argv, &o.json, NULL, "stat")) ||
+	    (rc = open_registry(&c, &dirfd, &tot)))
+		return rc;
+	if (o.json)
+		printf("{\"registry\": \"%s\", \"connections\": [", c.dir);
+	else
+		printf("%-7s %-4s %-6s %-22s %-22s %-4s %12s %12s %-11s %-9s %s\n", "PID", "FD",
+		       "ROLE", "LOCAL", "PEER", "MODE", "TX-BYTES", "RX-BYTES", "RING TX/RX",
+		       "RX-FILL", "FALLBACK REASON");
+	stats_for_each(dirfd, print_slot, &o);
+	if (o.json)
+		printf("%s]}\n", o.n ? "\n  " : "");
+	return 0;
+}
+
+int cmd_stats(int argc, char **argv)
+{
+	struct smclo_config c;
+	struct stats_totals *t;
+	int json = 0, reset = 0, dirfd, rc;
+	uint64_t fallbacks = 0;
+
+	if ((rc = parse_flags(argc, argv, &json, &reset, "stats")) ||
+	    (rc = open_registry(&c, &dirfd, &t)))
+		return rc;
+	if (reset) {
+		stats_reset(t);
+		if (!json)
+			printf("smclo: totals reset\n");
+	}
+	for (int r = 1; r < R_COUNT; r++)
+		fallbacks += t->fallback[r];
+	if (json) {
+		printf("{\"registry\": \"%s\", \"since\": %lld, \"accelerated\": %llu, "
+		       "\"accelerated_client\": %llu, \"accelerated_server\": %llu, "
+		       "\"fallback\": %llu, \"handshake_errors\": %llu, \"tx_bytes\": %llu, "
+		       "\"rx_bytes\": %llu, \"closed\": %llu, \"fallback_by_reason\": {",
+		       c.dir, (long long)t->reset,
+		       (unsigned long long)(t->accelerated[1] + t->accelerated[2]),
+		       (unsigned long long)t->accelerated[1], (unsigned long long)t->accelerated[2],
+		       (unsigned long long)fallbacks, (unsigned long long)t->handshake_errors,
+		       (unsigned long long)t->tx_bytes, (unsigned long long)t->rx_bytes,
+		       (unsigned long long)t->conns_closed);
+		for (int r = 1, n = 0; r < R_COUNT; r++)
+			printf("%s\"%s\": %llu", n++ ? ", " : "", reason_id(r),
+			       (unsigned long long)t->fallback[r]);
+		printf("}}\n");
+		return 0;
+	}
+	time_t since = (time_t)t->reset;
+	printf("registry        %s\nsince           %s", c.dir, ctime(&since));
+	printf("connection ends accelerated %llu (client %llu, server %llu)\n",
+	       (unsigned long long)(t->accelerated[1] + t->accelerated[2]),
+	       (unsigned long long)t->accelerated[1], (unsigned long long)t->accelerated[2]);
+	printf("connection ends on tcp      %llu\n", (unsigned long long)fallbacks);
+	for (int r = 1; r < R_COUNT; r++)
+		if (t->fallback[r])
+			printf("  %-32s %llu\n", reason_text(r), (unsigned long long)t->fallback[r]);
+	printf("handshake errors            %llu\n", (unsigned long long)t->handshake_errors);
+	printf("bytes sent (closed conns)   %llu\n", (unsigned long long)t->tx_bytes);
+	printf("bytes received              %llu\n", (unsigned long long)t->rx_bytes);
+	return 0;
+}

@@ -1,0 +1,117 @@
+/*
+ * close.c - shutdown, close, abort, and what an exec does to a connection.
+ *
+ * The kernel tells the peer that we are gone (the doorbell socket hangs up
+ * when its last holder closes or dies).  What only we know is *how*: the last
+ * holder publishes CLOSED, plus ABORT when unread data is thrown away (TCP
+ * would send a reset), before closing the socket, so the peer reads every
+ * byte we wrote and then EOF or ECONNRESET.
+ */
+#include "io.h"
+
+#include "sys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+
+void conn_mark_broken(struct conn *c)
+{
+	atomic_fetch_or(&c->sh->flags, SH_BROKEN);
+}
+
+static void publish_close(struct conn *c)
+{
+	struct conn_shared *sh = c->sh;
+	uint64_t prod;
+	uint32_t flags = RING_F_CLOSED;
+
+	sh_lock(&sh->rx_lock);
+	if (rx_peer_prod(c, &prod) < 0 || prod != sh->cons)
+		flags |= RING_F_ABORT;
+	sh_unlock(&sh->rx_lock);
+	sh_lock(&sh->tx_lock);
+	atomic_store(&c->tx->fin_prod, sh->prod);
+	atomic_fetch_or_explicit(&c->tx->flags, flags, memory_order_release);
+	sh_unlock(&sh->tx_lock);
+}
+
+static void close_hidden_tcp(struct conn *c, int last)
+{
+	if (c->tcp_fd < 0)
+		return;
+	if (last) {
+		/* no TIME_WAIT for a socket that carried no data: its port is free at once */
+		struct linger l = { .l_onoff = 1, .l_linger = 0 };
+		sys_setsockopt(c->tcp_fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+	}
+	sys_close(c->tcp_fd);
+	c->tcp_fd = -1;
+}
+
+/* The last descriptor of this process for @c is going away. */
+static void conn_leave_process(struct conn *c)
+{
+	int last = 1;
+
+	if (c->mode == MODE_SHM) {
+		last = atomic_fetch_sub(&c->sh->holders, 1) == 1;
+		if (last)
+			publish_close(c);
+		close_hidden_tcp(c, last);
+	}
+	/* a forked child closing an inherited TCP descriptor leaves the listing to its parent */
+	if (last && (c->mode == MODE_SHM || !c->inherited)) {
+		stats_slot_release(totals, c->slot);
+		c->slot = NULL;
+	}
+}
+
+void conn_close_fd(int fd)
+{
+	struct conn *c = conn_unbind_fd(fd);
+
+	if (!c)
+		return;
+	if (c->fd_count == 0)
+		conn_leave_process(c);
+	conn_put(c);
+}
+
+int conn_shutdown(struct conn *c, int fd, int how)
+{
+	struct conn_shared *sh = c->sh;
+
+	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (how != SHUT_WR)
+		atomic_fetch_or(&sh->flags, SH_SHUT_RD);
+	if (how != SHUT_RD) {
+		sh_lock(&sh->tx_lock);
+		if (!(atomic_load(&sh->flags) & SH_SHUT_WR)) {
+			atomic_store(&c->tx->fin_prod, sh->prod);
+			atomic_fetch_or_explicit(&c->tx->flags, RING_F_SHUTDOWN, memory_order_release);
+			atomic_fetch_or(&sh->flags, SH_SHUT_WR);
+		}
+		sh_unlock(&sh->tx_lock);
+		/* the peer's descriptor reports POLLRDHUP / EPOLLRDHUP */
+		sys_shutdown(fd, SHUT_WR);
+	}
+	return 0;
+}
+
+void conn_reset_for_exec(int fd, struct conn *c)
+{
+	/*
+	 * The new program has no smclo state for this descriptor: give it the
+	 * TCP socket, shut down, so it reads EOF and writes fail, instead of
+	 * doorbells it would misread.  Our own holder count drops as for close.
+	 */
+	if (c->mode != MODE_SHM || c->tcp_fd < 0)
+		return;
+	sys_shutdown(c->tcp_fd, SHUT_RDWR);
+	sys_dup3(c->tcp_fd, fd, 0);
+	conn_close_fd(fd);
+}

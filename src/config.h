@@ -1,0 +1,50 @@
+/*
+ * config.h - settings read from the environment.
+ *
+ * The library reads them once at load; `smclo run` validates the same
+ * settings with the same parser before it starts a program, so a mistake is
+ * reported on the command line instead of inside the program.
+ */
+#ifndef SMCLO_CONFIG_H
+#define SMCLO_CONFIG_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SMCLO_DEFAULT_RING (256u << 10)   /* chosen with `smclo bench`, see docs/performance.md */
+#define SMCLO_DEFAULT_HANDSHAKE_MS 300
+#define SMCLO_DEFAULT_MAX_CONNS 5000      /* the kernel's loopback-ism DMB limit */
+#define SMCLO_MAX_ALLOW_UIDS 16
+
+struct smclo_config {
+	int disabled;
+	int debug;
+	char dir[256];              /* registry directory */
+	int dir_is_default;
+	uint32_t tx_size;           /* ring we send with (smc_run -t) */
+	uint32_t rx_max;            /* largest ring we map from a peer (smc_run -r) */
+	int handshake_ms;
+	int max_conns;
+	int cross_netns;
+	int allow_any_uid;
+	int n_allow_uids;
+	uid_t allow_uids[SMCLO_MAX_ALLOW_UIDS];
+};
+
+extern struct smclo_config cfg;
+
+/*
+ * Fill @c from the environment.  On a bad value, writes a message naming the
+ * variable to @err and returns -1.
+ */
+int config_load(struct smclo_config *c, char *err, size_t errlen);
+
+/* "64k", "1m", "65536" -> bytes; -1 if malformed. */
+int config_parse_size(const char *s, uint64_t *out);
+
+/* Default registry directory for the calling user. */
+void config_default_dir(char *out, size_t len);
+
+int config_uid_allowed(const struct smclo_config *c, uid_t uid);
+
+#endif

@@ -1,0 +1,111 @@
+/*
+ * conn.h - an accelerated (or deliberately not accelerated) connection.
+ *
+ * The application's descriptor is the AF_UNIX SOCK_SEQPACKET end that links
+ * us to the peer process: the kernel reports its readiness, wakes blocked
+ * calls, and hangs it up when the peer goes away.  Bytes travel through two
+ * rings (ring.h): `tx`, which we own and write, and `rx`, the peer's, mapped
+ * read-only.  The real TCP socket stays open, moved to a high descriptor, so
+ * that the socket keeps its identity (options, addresses, TCP_INFO).
+ *
+ * State that every holder of the connection must agree on (cursors, locks,
+ * holders count) lives in `struct conn_shared`, a MAP_SHARED anonymous page:
+ * after fork, parent and child use one set of cursors, so the byte stream
+ * stays intact whichever process reads or writes.
+ */
+#ifndef SMCLO_CONN_H
+#define SMCLO_CONN_H
+
+#include "addr.h"
+#include "ring.h"
+#include "stats.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SH_SHUT_RD   1u
+#define SH_SHUT_WR   2u
+#define SH_BROKEN    4u     /* the peer broke the protocol: reset */
+#define SH_PEER_GONE 8u     /* the doorbell socket reported the peer gone */
+
+struct conn_shared {
+	pthread_mutex_t tx_lock;        /* robust, process-shared */
+	pthread_mutex_t rx_lock;
+	uint64_t prod;                  /* bytes we produced (authoritative copy) */
+	uint64_t cons;                  /* bytes we consumed from the peer */
+	uint64_t cons_pub;              /* last cons published to our region */
+	uint64_t peer_prod_seen;        /* last validated peer producer cursor */
+	uint64_t peer_cons_seen;        /* last validated peer consumer cursor */
+	uint64_t bell_seq;              /* doorbells we sent */
+	uint64_t bell_last_val;         /* prod carried by the last one */
+	uint64_t bells_drained;         /* the peer's doorbells we consumed */
+	_Atomic int holders;            /* processes that hold the connection */
+	_Atomic uint32_t flags;         /* SH_* */
+};
+
+struct conn {
+	_Atomic int refs;
+	int fd_count;                   /* descriptors of this process naming it */
+	int mode;                       /* MODE_SHM or MODE_TCP */
+	int tcp_fd;                     /* hidden TCP socket (shm mode), or -1 */
+	int inherited;                  /* came to this process through fork */
+	unsigned fork_gen;              /* last fork that counted us as a holder */
+	int domain;                     /* what SO_DOMAIN answers (AF_INET/6/AF_SMC) */
+	struct ring_hdr *tx;
+	const struct ring_hdr *rx;
+	uint32_t tx_size, rx_size;
+	struct conn_shared *sh;
+	struct stat_slot *slot;
+	struct ep local, peer;
+};
+
+/* Per-descriptor knowledge about sockets that are not (yet) connections. */
+#define FDF_TCP        1u   /* an AF_INET/AF_INET6 stream socket we saw created */
+#define FDF_SMC        2u   /* created as AF_SMC */
+#define FDF_LISTENING  4u   /* registered as a listener */
+#define FDF_DEFER      8u   /* TCP_DEFER_ACCEPT set */
+#define FDF_KNOWN     16u   /* flags above are authoritative */
+
+/* Library-wide state set up by the constructor. */
+extern int smclo_active;       /* 0: pass everything through */
+extern int registry_fd;        /* -1 when the registry is unusable */
+extern struct stats_totals *totals;
+
+int fdtab_init(void);
+uint8_t fd_flags(int fd);
+void fd_set_flags(int fd, uint8_t flags);
+void fd_set_listen_lock(int fd, int lockfd);
+int fd_take_listen_lock(int fd);
+
+/* The connection behind @fd with a reference held, or NULL. */
+struct conn *conn_get(int fd);
+void conn_put(struct conn *c);
+/* Quick test without a reference, for the pass-through fast path. */
+int fd_has_conn(int fd);
+
+struct conn *conn_alloc(int mode);
+/* Name @fd as a holder of @c (takes a reference). */
+void conn_bind_fd(struct conn *c, int fd);
+/* Forget @fd; returns its connection (reference transferred) or NULL. */
+struct conn *conn_unbind_fd(int fd);
+/* Visit every bound descriptor (used by fork and exec handling). */
+void conn_for_each_fd(void (*fn)(int fd, struct conn *c, void *arg), void *arg);
+int conn_count(void);
+
+/* Shared memory of a new connection. */
+struct conn_shared *conn_shared_new(void);
+struct ring_hdr *ring_create(uint32_t size, int *memfd);
+const struct ring_hdr *ring_map_peer(int memfd, uint32_t size);
+
+/* Move @fd above the application's range, close-on-exec; returns new fd. */
+int fd_hide(int fd);
+/* The same, keeping @fd open. */
+int fd_dup_hidden(int fd);
+
+/* Lock helpers that survive a holder dying (robust mutexes). */
+void sh_lock(pthread_mutex_t *m);
+void sh_unlock(pthread_mutex_t *m);
+
+#endif

@@ -1,0 +1,20 @@
+/*
+ * handshake.h - deciding, once, whether a TCP connection moves to shared
+ * memory (see handshake.c).
+ */
+#ifndef SMCLO_HANDSHAKE_H
+#define SMCLO_HANDSHAKE_H
+
+#include <sys/socket.h>
+
+/* connect() for a TCP socket: plain TCP, or TCP then the switch. */
+int hs_connect(int fd, const struct sockaddr *sa, socklen_t len);
+/* After the kernel accepted @fd on @lfd: returns the descriptor for the application. */
+int hs_accept(int lfd, int fd, int flags);
+/* After listen() succeeded. */
+void hs_listen(int fd);
+void hs_listener_closed(int fd);
+/* In a forked child. */
+void hs_after_fork(void);
+
+#endif

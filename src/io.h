@@ -1,0 +1,52 @@
+/*
+ * io.h - the data path of an accelerated connection: doorbells (bell.c),
+ * transmit (tx.c), receive (rx.c), close and shutdown (close.c).
+ *
+ * Doorbell protocol, in one paragraph (docs/design.md has the argument):
+ * a doorbell is a zero-length message on the SEQPACKET socket; it is what
+ * makes the reader's descriptor readable.  The writer logs the producer
+ * cursor each doorbell stands for in its region.  The reader keeps at least
+ * one doorbell queued while unread data remains and drains stale ones (value
+ * <= its consumer cursor) only after publishing its cursor and seeing the
+ * ring empty, so level-triggered readiness never goes missing.  The writer
+ * rings only when the last doorbell it sent is no longer live (the reader's
+ * published cursor passed it), so a reader that keeps up costs no system
+ * calls.  A writer that finds the ring full raises write_blocked and fills
+ * its socket buffer with doorbells, which makes its own descriptor
+ * unwritable; the reader drains them as it frees space, and the kernel wakes
+ * the writer with EPOLLOUT.
+ */
+#ifndef SMCLO_IO_H
+#define SMCLO_IO_H
+
+#include "conn.h"
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+/* bell.c */
+void bell_after_produce(struct conn *c, int fd);
+int bell_send(struct conn *c, int fd, int dontwait);
+void bell_fill(struct conn *c, int fd);
+void bell_drain(struct conn *c, int fd, int keep_one);
+int peer_hung_up(int fd);
+
+/* tx.c */
+ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);
+ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t count);
+uint32_t tx_unacked(struct conn *c);
+
+/* rx.c */
+ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);
+uint32_t rx_available(struct conn *c);
+/* Validated peer producer cursor; marks the connection broken if invalid. */
+int rx_peer_prod(struct conn *c, uint64_t *prod);
+
+/* close.c */
+void conn_close_fd(int fd);
+int conn_shutdown(struct conn *c, int fd, int how);
+void conn_mark_broken(struct conn *c);
+/* Turn @fd into a closed TCP socket for a program about to exec. */
+void conn_reset_for_exec(int fd, struct conn *c);
+
+#endif

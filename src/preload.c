@@ -1,0 +1,614 @@
+/*
+ * preload.c - the interposition layer: libc's socket calls, seen first.
+ *
+ * Loaded with LD_PRELOAD by `smclo run`.  Every wrapper starts with the
+ * cheapest possible test (one load from the descriptor table) and hands
+ * anything that is not an accelerated connection straight to libc, so plain
+ * descriptors, files and pipes pay almost nothing.  The decisions themselves
+ * live in handshake.c; the byte moving in tx.c / rx.c.
+ *
+ * Readiness (poll, select, epoll) is not interposed: the descriptor is a
+ * real socket and the kernel answers for it.
+ */
+#include "config.h"
+#include "conn.h"
+#include "handshake.h"
+#include "io.h"
+#include "log.h"
+#include "registry.h"
+#include "sockopt.h"
+#include "stats.h"
+#include "sys.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/sendfile.h>
+#include <sys/uio.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#ifndef AF_SMC
+#define AF_SMC 43
+#endif
+
+/* Resolve libc's definition on first use. */
+#define REAL(name)                                                          \
+	static __typeof__(&name) real_##name;                               \
+	if (!real_##name)                                                   \
+		real_##name = (__typeof__(&name))dlsym(RTLD_NEXT, #name)
+
+static unsigned fork_generation;
+
+/* The accelerated connection behind @fd, referenced; NULL for anything else. */
+static struct conn *shm_conn(int fd)
+{
+	struct conn *c;
+
+	if (!smclo_active || !fd_has_conn(fd))
+		return NULL;
+	c = conn_get(fd);
+	if (c && c->mode != MODE_SHM) {
+		conn_put(c);
+		return NULL;
+	}
+	return c;
+}
+
+/* ---- process lifecycle -------------------------------------------------- */
+
+static void count_fork_holder(int fd, struct conn *c, void *arg)
+{
+	c->inherited = 1;
+	if (c->mode == MODE_SHM && c->fork_gen != fork_generation) {
+		c->fork_gen = fork_generation;
+		atomic_fetch_add(&c->sh->holders, 1);
+	}
+}
+
+static void after_fork_child(void)
+{
+	if (!smclo_active)
+		return;
+	fork_generation++;
+	hs_after_fork();
+	conn_for_each_fd(count_fork_holder, NULL);
+}
+
+__attribute__((constructor)) static void smclo_init(void)
+{
+	char err[300];
+
+	if (config_load(&cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "smclo: %s; acceleration disabled for this process\n", err);
+		return;
+	}
+	if (cfg.disabled)
+		return;
+	if (fdtab_init() < 0) {
+		fprintf(stderr, "smclo: cannot allocate the descriptor table; acceleration disabled\n");
+		return;
+	}
+	registry_fd = registry_open(cfg.dir, cfg.dir_is_default, err, sizeof(err));
+	if (registry_fd < 0) {
+		fprintf(stderr, "smclo: %s; acceleration disabled for this process\n", err);
+		return;
+	}
+	registry_fd = fd_hide(registry_fd);
+	totals = stats_totals_map(registry_fd);
+	pthread_atfork(NULL, NULL, after_fork_child);
+	smclo_active = 1;
+	DBG("active, registry %s, ring %u, handshake %d ms", cfg.dir, cfg.tx_size, cfg.handshake_ms);
+}
+
+/* ---- creating, connecting, accepting ------------------------------------ */
+
+EXPORT int socket(int domain, int type, int protocol)
+{
+	REAL(socket);
+	int smc = 0, fd;
+
+	if (smclo_active && domain == AF_SMC && (type & 0xf) == SOCK_STREAM) {
+		/* smc_run-style programs: SMCPROTO_SMC6 (1) means IPv6 */
+		domain = protocol == 1 ? AF_INET6 : AF_INET;
+		protocol = 0;
+		smc = 1;
+	}
+	fd = real_socket(domain, type, protocol);
+	if (fd < 0 || !smclo_active)
+		return fd;
+	if (fd_has_conn(fd))
+		conn_close_fd(fd);      /* closed behind our back (close_range, exec) */
+	if ((domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
+	    (protocol == 0 || protocol == IPPROTO_TCP))
+		fd_set_flags(fd, FDF_TCP | FDF_KNOWN | (smc ? FDF_SMC : 0));
+	else
+		fd_set_flags(fd, FDF_KNOWN);
+	return fd;
+}
+
+static int is_tcp_socket(int fd)
+{
+	uint8_t f = fd_flags(fd);
+	int type = 0, proto = 0;
+	socklen_t l = sizeof(int);
+
+	if (f & FDF_KNOWN)
+		return (f & FDF_TCP) != 0;
+	if (sys_getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0)
+		return 0;
+	l = sizeof(int);
+	sys_getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l);
+	return type == SOCK_STREAM && proto == IPPROTO_TCP;
+}
+
+EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	REAL(connect);
+
+	if (!smclo_active || !sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
+		return real_connect(fd, sa, len);
+	if (fd_has_conn(fd)) {
+		errno = EISCONN;
+		return -1;
+	}
+	if (!is_tcp_socket(fd))
+		return real_connect(fd, sa, len);
+	return hs_connect(fd, sa, len);
+}
+
+EXPORT int accept4(int lfd, struct sockaddr *sa, socklen_t *len, int flags)
+{
+	REAL(accept4);
+	int fd = real_accept4(lfd, sa, len, flags);
+
+	if (fd < 0 || !smclo_active || !is_tcp_socket(lfd))
+		return fd;
+	return hs_accept(lfd, fd, flags);
+}
+
+EXPORT int accept(int lfd, struct sockaddr *sa, socklen_t *len)
+{
+	return accept4(lfd, sa, len, 0);
+}
+
+EXPORT int listen(int fd, int backlog)
+{
+	REAL(listen);
+	int rc = real_listen(fd, backlog);
+
+	if (rc == 0 && smclo_active && !(fd_flags(fd) & FDF_LISTENING) && is_tcp_socket(fd))
+		hs_listen(fd);
+	return rc;
+}
+
+/* ---- closing ------------------------------------------------------------ */
+
+static void forget_fd(int fd)
+{
+	if (!smclo_active)
+		return;
+	if (fd_has_conn(fd))
+		conn_close_fd(fd);
+	if (fd_flags(fd) & FDF_LISTENING)
+		hs_listener_closed(fd);
+	fd_set_flags(fd, 0);
+}
+
+EXPORT int close(int fd)
+{
+	REAL(close);
+
+	forget_fd(fd);
+	return real_close(fd);
+}
+
+EXPORT int shutdown(int fd, int how)
+{
+	REAL(shutdown);
+	struct conn *c = shm_conn(fd);
+	int rc;
+
+	if (!c)
+		return real_shutdown(fd, how);
+	rc = conn_shutdown(c, fd, how);
+	conn_put(c);
+	return rc;
+}
+
+/* ---- receiving ---------------------------------------------------------- */
+
+static ssize_t recv_iov(struct conn *c, int fd, const struct iovec *iov, int n, int flags)
+{
+	ssize_t r = rx_recv(c, fd, iov, n, flags);
+
+	conn_put(c);
+	return r;
+}
+
+EXPORT ssize_t read(int fd, void *buf, size_t n)
+{
+	REAL(read);
+	struct conn *c = shm_conn(fd);
+	struct iovec iov = { buf, n };
+
+	return c ? recv_iov(c, fd, &iov, 1, 0) : real_read(fd, buf, n);
+}
+
+EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+	REAL(__read_chk);
+	struct conn *c = shm_conn(fd);
+	struct iovec iov = { buf, n };
+
+	if (c && n <= buflen)
+		return recv_iov(c, fd, &iov, 1, 0);
+	if (c)
+		conn_put(c);
+	return real___read_chk(fd, buf, n, buflen);
+}
+
+EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
+{
+	REAL(readv);
+	struct conn *c = shm_conn(fd);
+
+	return c ? recv_iov(c, fd, iov, n, 0) : real_readv(fd, iov, n);
+}
+
+EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
+{
+	REAL(recv);
+	struct conn *c = shm_conn(fd);
+	struct iovec iov = { buf, n };
+
+	return c ? recv_iov(c, fd, &iov, 1, flags) : real_recv(fd, buf, n, flags);
+}
+
+EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+	REAL(__recv_chk);
+	struct conn *c = shm_conn(fd);
+	struct iovec iov = { buf, n };
+
+	if (c && n <= buflen)
+		return recv_iov(c, fd, &iov, 1, flags);
+	if (c)
+		conn_put(c);
+	return real___recv_chk(fd, buf, n, buflen, flags);
+}
+
+EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa,
+                        socklen_t *len)
+{
+	REAL(recvfrom);
+	struct conn *c = shm_conn(fd);
+	struct iovec iov = { buf, n };
+
+	if (!c)
+		return real_recvfrom(fd, buf, n, flags, sa, len);
+	if (sa && len)
+		*len = 0;       /* a connected TCP socket reports no source address */
+	return recv_iov(c, fd, &iov, 1, flags);
+}
+
+EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
+                              struct sockaddr *sa, socklen_t *len)
+{
+	REAL(__recvfrom_chk);
+	struct conn *c = shm_conn(fd);
+	struct iovec iov = { buf, n };
+
+	if (c && n <= buflen) {
+		if (sa && len)
+			*len = 0;
+		return recv_iov(c, fd, &iov, 1, flags);
+	}
+	if (c)
+		conn_put(c);
+	return real___recvfrom_chk(fd, buf, n, buflen, flags, sa, len);
+}
+
+EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
+{
+	REAL(recvmsg);
+	struct conn *c = shm_conn(fd);
+	ssize_t r;
+
+	if (!c)
+		return real_recvmsg(fd, m, flags);
+	r = recv_iov(c, fd, m->msg_iov, (int)m->msg_iovlen, flags);
+	if (r >= 0) {
+		m->msg_namelen = 0;
+		m->msg_controllen = 0;
+		m->msg_flags = 0;
+	}
+	return r;
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+static ssize_t send_iov(struct conn *c, int fd, const struct iovec *iov, int n, int flags)
+{
+	ssize_t r = tx_send(c, fd, iov, n, flags);
+
+	conn_put(c);
+	return r;
+}
+
+EXPORT ssize_t write(int fd, const void *buf, size_t n)
+{
+	REAL(write);
+	struct conn *c = shm_conn(fd);
+	struct iovec iov = { (void *)buf, n };
+
+	return c ? send_iov(c, fd, &iov, 1, 0) : real_write(fd, buf, n);
+}
+
+EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
+{
+	REAL(writev);
+	struct conn *c = shm_conn(fd);
+
+	return c ? send_iov(c, fd, iov, n, 0) : real_writev(fd, iov, n);
+}
+
+EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
+{
+	REAL(send);
+	struct conn *c = shm_conn(fd);
+	struct iovec iov = { (void *)buf, n };
+
+	return c ? send_iov(c, fd, &iov, 1, flags) : real_send(fd, buf, n, flags);
+}
+
+EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
+                      const struct sockaddr *sa, socklen_t len)
+{
+	REAL(sendto);
+	struct conn *c = shm_conn(fd);
+	struct iovec iov = { (void *)buf, n };
+
+	/* a connected TCP socket ignores a destination address */
+	return c ? send_iov(c, fd, &iov, 1, flags) : real_sendto(fd, buf, n, flags, sa, len);
+}
+
+EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
+{
+	REAL(sendmsg);
+	struct conn *c = shm_conn(fd);
+
+	return c ? send_iov(c, fd, m->msg_iov, (int)m->msg_iovlen, flags) :
+	           real_sendmsg(fd, m, flags);
+}
+
+EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t count)
+{
+	REAL(sendfile);
+	struct conn *c = shm_conn(out);
+	ssize_t r;
+
+	if (!c)
+		return real_sendfile(out, in, off, count);
+	r = tx_sendfile(c, out, in, off, count);
+	conn_put(c);
+	return r;
+}
+
+EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t count)
+{
+	return sendfile(out, in, off, count);
+}
+
+/* ---- identity ----------------------------------------------------------- */
+
+EXPORT int getsockopt(int fd, int level, int opt, void *val, socklen_t *len)
+{
+	REAL(getsockopt);
+	struct conn *c = shm_conn(fd);
+	int rc;
+
+	if (!c) {
+		rc = real_getsockopt(fd, level, opt, val, len);
+		/* a fallback AF_SMC socket still says what it was created as */
+		if (rc == 0 && level == SOL_SOCKET && opt == SO_DOMAIN && (fd_flags(fd) & FDF_SMC))
+			*(int *)val = AF_SMC;
+		return rc;
+	}
+	rc = so_getsockopt(c, fd, level, opt, val, len);
+	conn_put(c);
+	return rc;
+}
+
+EXPORT int setsockopt(int fd, int level, int opt, const void *val, socklen_t len)
+{
+	REAL(setsockopt);
+	struct conn *c = shm_conn(fd);
+	int rc;
+
+	if (!c)
+		return real_setsockopt(fd, level, opt, val, len);
+	rc = so_setsockopt(c, fd, level, opt, val, len);
+	conn_put(c);
+	return rc;
+}
+
+EXPORT int getsockname(int fd, struct sockaddr *sa, socklen_t *len)
+{
+	REAL(getsockname);
+	struct conn *c = shm_conn(fd);
+	int rc;
+
+	if (!c)
+		return real_getsockname(fd, sa, len);
+	rc = so_name(c, 0, sa, len);
+	conn_put(c);
+	return rc;
+}
+
+EXPORT int getpeername(int fd, struct sockaddr *sa, socklen_t *len)
+{
+	REAL(getpeername);
+	struct conn *c = shm_conn(fd);
+	int rc;
+
+	if (!c)
+		return real_getpeername(fd, sa, len);
+	rc = so_name(c, 1, sa, len);
+	conn_put(c);
+	return rc;
+}
+
+EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+	REAL(ioctl);
+	va_list ap;
+	void *arg;
+	struct conn *c;
+	int handled = 0, rc = 0;
+
+	va_start(ap, req);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	c = shm_conn(fd);
+	if (c) {
+		rc = so_ioctl(c, req, arg, &handled);
+		conn_put(c);
+	}
+	return handled ? rc : real_ioctl(fd, req, arg);
+}
+
+/* ---- descriptor copies -------------------------------------------------- */
+
+/* @newfd now names what @oldfd names. */
+static void copy_binding(int oldfd, int newfd)
+{
+	struct conn *c;
+
+	if (newfd < 0 || oldfd == newfd || !smclo_active)
+		return;
+	fd_set_flags(newfd, fd_flags(oldfd) & ~FDF_LISTENING);
+	c = conn_get(oldfd);
+	if (c) {
+		conn_bind_fd(c, newfd);
+		conn_put(c);
+	}
+}
+
+EXPORT int dup(int fd)
+{
+	REAL(dup);
+	int n = real_dup(fd);
+
+	copy_binding(fd, n);
+	return n;
+}
+
+EXPORT int dup2(int fd, int fd2)
+{
+	REAL(dup2);
+	int n;
+
+	if (fd != fd2 && fcntl(fd, F_GETFD) >= 0)
+		forget_fd(fd2);         /* dup2 closes what fd2 was */
+	n = real_dup2(fd, fd2);
+	copy_binding(fd, n);
+	return n;
+}
+
+EXPORT int dup3(int fd, int fd2, int flags)
+{
+	REAL(dup3);
+	int n;
+
+	if (fd != fd2 && fcntl(fd, F_GETFD) >= 0)
+		forget_fd(fd2);
+	n = real_dup3(fd, fd2, flags);
+	copy_binding(fd, n);
+	return n;
+}
+
+static int fcntl_common(int fd, int cmd, void *arg,
+                        int (*real)(int, int, ...))
+{
+	int rc = real(fd, cmd, arg);
+
+	if ((cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && rc >= 0)
+		copy_binding(fd, rc);
+	return rc;
+}
+
+EXPORT int fcntl(int fd, int cmd, ...)
+{
+	REAL(fcntl);
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	return fcntl_common(fd, cmd, arg, real_fcntl);
+}
+
+EXPORT int fcntl64(int fd, int cmd, ...)
+{
+	static int (*real_fcntl64)(int, int, ...);
+	va_list ap;
+	void *arg;
+
+	if (!real_fcntl64)
+		real_fcntl64 = (int (*)(int, int, ...))dlsym(RTLD_NEXT, "fcntl64");
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	return fcntl_common(fd, cmd, arg, real_fcntl64);
+}
+
+/* ---- exec --------------------------------------------------------------- */
+
+static void reset_inheritable(int fd, struct conn *c, void *arg)
+{
+	int fl = sys_fcntl(fd, F_GETFD, 0);
+
+	if (fl >= 0 && !(fl & FD_CLOEXEC))
+		conn_reset_for_exec(fd, c);
+}
+
+static void before_exec(void)
+{
+	if (smclo_active)
+		conn_for_each_fd(reset_inheritable, NULL);
+}
+
+EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	REAL(execve);
+	before_exec();
+	return real_execve(path, argv, envp);
+}
+
+EXPORT int execv(const char *path, char *const argv[])
+{
+	REAL(execv);
+	before_exec();
+	return real_execv(path, argv);
+}
+
+EXPORT int execvp(const char *file, char *const argv[])
+{
+	REAL(execvp);
+	before_exec();
+	return real_execvp(file, argv);
+}
+
+EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	REAL(execvpe);
+	before_exec();
+	return real_execvpe(file, argv, envp);
+}

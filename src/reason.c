@@ -1,0 +1,37 @@
+/*
+ * reason.c - names of the fallback reasons (see reason.h).
+ */
+#include "reason.h"
+
+static const struct {
+	const char *id;
+	const char *text;
+} reasons[R_COUNT] = {
+	[R_NONE]            = { "none", "accelerated" },
+	[R_PEER_NO_SMCLO]   = { "peer-no-smclo", "peer has no smclo" },
+	[R_NOT_THIS_HOST]   = { "not-this-host", "peer not on this host or namespace" },
+	[R_MAX_BUFFERS]     = { "max-buffers", "max buffers reached" },
+	[R_NO_MEMORY]       = { "no-memory", "out of shared memory" },
+	[R_TIMEOUT]         = { "timeout", "handshake timeout" },
+	[R_IO_URING]        = { "io-uring", "io_uring in use" },
+	[R_DIFF_USER]       = { "different-user", "peer runs as a different user" },
+	[R_TUPLE_BUSY]      = { "tuple-busy", "address tuple busy in registry" },
+	[R_PROOF_FAILED]    = { "proof-failed", "peer failed the same-connection proof" },
+	[R_DEFER_ACCEPT]    = { "defer-accept", "listener defers accept" },
+	[R_HANDSHAKE_ERROR] = { "handshake-error", "malformed handshake" },
+	[R_PEER_WITHDREW]   = { "peer-withdrew", "peer withdrew its proposal" },
+	[R_NO_PORT]         = { "no-port", "no ephemeral port for the proposal" },
+	[R_NO_REGISTRY]     = { "no-registry", "registry directory unusable" },
+	[R_CROSS_NETNS_OFF] = { "cross-netns-off", "cross-namespace acceleration disabled" },
+	[R_SOCKET_STATE]    = { "socket-state", "socket state not supported" },
+};
+
+const char *reason_id(int r)
+{
+	return (r >= 0 && r < R_COUNT) ? reasons[r].id : "unknown";
+}
+
+const char *reason_text(int r)
+{
+	return (r >= 0 && r < R_COUNT) ? reasons[r].text : "unknown reason";
+}

@@ -1,0 +1,365 @@
+/*
+ * registry.c - listener entries, proposals and liveness locks (registry.h).
+ */
+#include "registry.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const subdirs[] = { "l", "p", "s", "c" };
+
+static int mkdir_checked(const char *path, mode_t mode, int must_be_private,
+                         char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (mkdir(path, mode) < 0 && errno != EEXIST) {
+		snprintf(err, errlen, "registry %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "registry %s: not a directory", path);
+		return -1;
+	}
+	/* the default lives in a world-writable place: refuse anything we did not make */
+	if (must_be_private && (st.st_uid != getuid() || (st.st_mode & 077))) {
+		snprintf(err, errlen, "registry %s: must be owned by uid %u with mode 0700",
+		         path, (unsigned)getuid());
+		return -1;
+	}
+	return 0;
+}
+
+int registry_open(const char *dir, int is_default, char *err, size_t errlen)
+{
+	struct stat st;
+	int dfd;
+
+	if (mkdir_checked(dir, 0700, is_default, err, errlen) < 0)
+		return -1;
+	dfd = open(dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	if (dfd < 0 || fstat(dfd, &st) < 0) {
+		snprintf(err, errlen, "registry %s: %s", dir, strerror(errno));
+		if (dfd >= 0)
+			close(dfd);
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(subdirs) / sizeof(subdirs[0]); i++) {
+		/* a shared directory passes its permissions on to what we create */
+		if (mkdirat(dfd, subdirs[i], st.st_mode & 0777) < 0 && errno != EEXIST) {
+			snprintf(err, errlen, "registry %s/%s: %s", dir, subdirs[i], strerror(errno));
+			close(dfd);
+			return -1;
+		}
+	}
+	return dfd;
+}
+
+int registry_lock_create(int dirfd, const char *sub, const char *name)
+{
+	char path[160];
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", sub, name);
+	fd = openat(dirfd, path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	if (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
+		unlinkat(dirfd, path, 0);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int registry_is_locked(int dirfd, const char *sub, const char *name)
+{
+	char path[160];
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", sub, name);
+	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
+		fl.l_type = F_UNLCK;
+	close(fd);
+	return fl.l_type != F_UNLCK;
+}
+
+static uint64_t random64(void)
+{
+	uint64_t v = 0;
+
+	if (syscall(SYS_getrandom, &v, sizeof(v), 0) != sizeof(v))
+		v = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
+	return v;
+}
+
+int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsigned flags)
+{
+	char name[160], ip[33];
+
+	ep_ip_hex(addr, ip);
+	snprintf(name, sizeof(name), "%u.%016llx.%s.%u.%d.%08llx", addr->port,
+	         (unsigned long long)netns, ip, flags, (int)getpid(),
+	         (unsigned long long)(random64() & 0xffffffffu));
+	return registry_lock_create(dirfd, "l", name);
+}
+
+struct listener_name {
+	unsigned port, flags;
+	unsigned long long netns;
+	struct ep ip;
+};
+
+static int parse_listener_name(const char *n, struct listener_name *out)
+{
+	char ip[33];
+	int pid;
+	unsigned long long rnd;
+
+	if (sscanf(n, "%u.%16llx.%32[0-9a-f].%u.%d.%llx", &out->port, &out->netns, ip,
+	           &out->flags, &pid, &rnd) != 6 || strlen(ip) != 32)
+		return -1;
+	return ep_ip_from_hex(&out->ip, ip);
+}
+
+static int addr_matches(const struct listener_name *l, const struct ep *dst)
+{
+	if (ep_ip_equal(&l->ip, dst))
+		return 1;
+	if (!ep_is_any(&l->ip))
+		return 0;
+	/* a v6 wildcard listener takes v4 clients unless IPV6_V6ONLY */
+	if (ep_is_v4(&l->ip))
+		return ep_is_v4(dst);
+	return !ep_is_v4(dst) || !(l->flags & LISTEN_F_V6ONLY);
+}
+
+enum listener_match registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns)
+{
+	enum listener_match best = LM_NONE;
+	char prefix[16];
+	struct dirent *de;
+	size_t plen;
+	DIR *d;
+	int fd = openat(dirfd, "l", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return LM_NONE;
+	}
+	plen = (size_t)snprintf(prefix, sizeof(prefix), "%u.", dst->port);
+	while ((de = readdir(d)) != NULL && best < LM_SAME_NETNS) {
+		struct listener_name l;
+		enum listener_match m;
+
+		if (strncmp(de->d_name, prefix, plen) || parse_listener_name(de->d_name, &l) < 0)
+			continue;
+		if (!addr_matches(&l, dst))
+			m = LM_ELSEWHERE;
+		else if (l.netns == my_netns)
+			m = (l.flags & LISTEN_F_DEFER) ? LM_DEFER : LM_SAME_NETNS;
+		else if (ep_is_loopback(dst))
+			m = LM_ELSEWHERE;   /* loopback never leaves our namespace */
+		else
+			m = (l.flags & LISTEN_F_DEFER) ? LM_DEFER : LM_OTHER_NETNS;
+		if (m <= best)
+			continue;
+		if (m >= LM_DEFER && registry_is_locked(dirfd, "l", de->d_name) != 1) {
+			char path[300];
+			snprintf(path, sizeof(path), "l/%s", de->d_name);
+			unlinkat(dirfd, path, 0);   /* its owner is gone */
+			continue;
+		}
+		best = m;
+	}
+	closedir(d);
+	return best;
+}
+
+void registry_proposal_key(char *out, size_t len, const struct ep *dst, uint16_t src_port)
+{
+	char ip[33];
+
+	ep_ip_hex(dst, ip);
+	snprintf(out, len, "%u-%u-%s", dst->port, src_port, ip);
+}
+
+static void prop_path(char *out, size_t len, const char *key, const char *suffix)
+{
+	snprintf(out, len, "p/%s%s", key, suffix);
+}
+
+int registry_proposal_put(int dirfd, const char *key, const struct clc_proposal *p)
+{
+	char tmp[160], path[160];
+	int fd, rc;
+
+	snprintf(tmp, sizeof(tmp), "p/.%s.%d.%llx", key, (int)getpid(),
+	         (unsigned long long)random64());
+	prop_path(path, sizeof(path), key, "");
+	fd = openat(dirfd, tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	rc = write(fd, p, sizeof(*p)) == (ssize_t)sizeof(*p) ? 0 : -1;
+	close(fd);
+	/* the file appears under its key complete, or not at all */
+	if (rc == 0)
+		rc = renameat2(dirfd, tmp, dirfd, path, RENAME_NOREPLACE);
+	if (rc < 0) {
+		int e = errno;
+		unlinkat(dirfd, tmp, 0);
+		errno = e;
+	}
+	return rc;
+}
+
+int registry_proposal_get(int dirfd, const char *key, union clc_msg *p)
+{
+	char path[160], buf[sizeof(union clc_msg) + 1];
+	ssize_t n;
+	int fd;
+
+	prop_path(path, sizeof(path), key, "");
+	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	if (n < 0 || clc_parse(buf, (size_t)n, CLC_PROPOSAL, 0, p) < 0) {
+		errno = EPROTO;
+		return -1;
+	}
+	return 0;
+}
+
+static int prop_rename(int dirfd, const char *key, const char *from, const char *to)
+{
+	char a[160], b[160];
+
+	prop_path(a, sizeof(a), key, from);
+	prop_path(b, sizeof(b), key, to);
+	return renameat2(dirfd, a, dirfd, b, RENAME_NOREPLACE);
+}
+
+static int prop_unlink(int dirfd, const char *key, const char *suffix)
+{
+	char a[160];
+
+	prop_path(a, sizeof(a), key, suffix);
+	return unlinkat(dirfd, a, 0);
+}
+
+int registry_proposal_claim(int dirfd, const char *key)
+{
+	return prop_rename(dirfd, key, "", ".c");
+}
+
+int registry_proposal_withdraw(int dirfd, const char *key)
+{
+	return prop_unlink(dirfd, key, "");
+}
+
+int registry_proposal_decide(int dirfd, const char *key, int ok)
+{
+	return prop_rename(dirfd, key, ".c", ok ? ".ok" : ".tcp");
+}
+
+int registry_proposal_drop_claim(int dirfd, const char *key)
+{
+	return prop_unlink(dirfd, key, ".c");
+}
+
+int registry_proposal_was_ok(int dirfd, const char *key)
+{
+	char a[160];
+
+	prop_path(a, sizeof(a), key, ".ok");
+	return faccessat(dirfd, a, F_OK, 0) == 0;
+}
+
+void registry_proposal_cleanup(int dirfd, const char *key)
+{
+	prop_unlink(dirfd, key, ".ok");
+	prop_unlink(dirfd, key, ".tcp");
+}
+
+int registry_sun_path(int dirfd, const char *sub, const char *name, char *out, size_t len)
+{
+	int n = snprintf(out, len, "/proc/self/fd/%d/%s/%s", dirfd, sub, name);
+
+	return (n > 0 && (size_t)n < len) ? 0 : -1;
+}
+
+static void gc_dir(int dirfd, const char *sub, int (*dead)(int, const char *, const char *))
+{
+	int fd = openat(dirfd, sub, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((de = readdir(d)) != NULL) {
+		char path[300];
+		if (de->d_name[0] == '.' && (de->d_name[1] == '\0' ||
+		    (de->d_name[1] == '.' && de->d_name[2] == '\0')))
+			continue;
+		if (!dead(dirfd, sub, de->d_name))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", sub, de->d_name);
+		unlinkat(dirfd, path, 0);
+	}
+	closedir(d);
+}
+
+static int lock_dead(int dirfd, const char *sub, const char *name)
+{
+	return registry_is_locked(dirfd, sub, name) == 0;
+}
+
+static int proposal_stale(int dirfd, const char *sub, const char *name)
+{
+	char path[300];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%s", sub, name);
+	/* a handshake is bounded by seconds; a minute-old file has no owner */
+	return fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       time(NULL) - st.st_mtime > 60;
+}
+
+static int side_dead(int dirfd, const char *sub, const char *name)
+{
+	char owner[128];
+	const char *dash = strrchr(name, '-');
+
+	/* "<process table name>-<tid>": dead once its process table is unlocked */
+	if (!dash || (size_t)(dash - name) >= sizeof(owner))
+		return proposal_stale(dirfd, sub, name);
+	memcpy(owner, name, (size_t)(dash - name));
+	owner[dash - name] = '\0';
+	return registry_is_locked(dirfd, "c", owner) != 1;
+}
+
+void registry_gc(int dirfd)
+{
+	gc_dir(dirfd, "l", lock_dead);
+	gc_dir(dirfd, "p", proposal_stale);
+	gc_dir(dirfd, "s", side_dead);
+}

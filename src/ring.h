@@ -1,0 +1,116 @@
+/*
+ * ring.h - the shared-memory region each side of a connection owns.
+ *
+ * Every accelerated connection has two regions, one per direction.  A region
+ * is created, written and sealed by the side that *sends* into it; the peer
+ * maps it read-only.  The header carries the cursor block (the kernel's CDC
+ * message, kept in memory instead of being sent): the owner's producer cursor
+ * for its data, the owner's consumer cursor for the peer's data, shutdown /
+ * close / abort flags, the "write blocked" request and the doorbell log.
+ *
+ * Cursors are 64-bit byte counts that only grow; the position in the data
+ * area is the cursor modulo the (power of two) size, so wrap-around of both
+ * the position and the 64-bit counter itself is plain unsigned arithmetic.
+ * Everything read from the peer's region goes through the checks below.
+ */
+#ifndef SMCLO_RING_H
+#define SMCLO_RING_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RING_MAGIC      0x4f4c4d53u   /* "SMLO" */
+#define RING_VERSION    1u
+#define RING_HDR_SIZE   4096u
+#define RING_MIN_SIZE   (16u << 10)
+#define RING_MAX_SIZE   (16u << 20)
+#define BELL_LOG        32u            /* doorbell values remembered */
+
+/* Flags the owner raises about the data it sends. */
+#define RING_F_SHUTDOWN 1u   /* no data after fin_prod (shutdown(SHUT_WR)) */
+#define RING_F_CLOSED   2u   /* last holder closed the connection */
+#define RING_F_ABORT    4u   /* closed with unread data: peer sees ECONNRESET */
+
+struct ring_hdr {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t data_size;
+	uint32_t hdr_size;
+	/* producer line: the owner's outgoing stream */
+	_Alignas(64) _Atomic uint64_t prod;
+	_Atomic uint64_t fin_prod;
+	_Atomic uint32_t flags;
+	/* consumer line: the owner's progress on the peer's stream */
+	_Alignas(64) _Atomic uint64_t cons;
+	_Atomic uint32_t write_blocked;     /* owner waits for space: drain bells */
+	/* doorbells the owner sent (value = owner's prod when it rang) */
+	_Alignas(64) _Atomic uint64_t bell_seq;
+	_Atomic uint64_t bells_drained;     /* doorbells the owner consumed */
+	_Atomic uint64_t bell_val[BELL_LOG];
+};
+
+_Static_assert(sizeof(struct ring_hdr) <= RING_HDR_SIZE, "ring header too big");
+
+static inline uint8_t *ring_data(struct ring_hdr *h)
+{
+	return (uint8_t *)h + RING_HDR_SIZE;
+}
+
+static inline const uint8_t *ring_data_ro(const struct ring_hdr *h)
+{
+	return (const uint8_t *)h + RING_HDR_SIZE;
+}
+
+/* A valid data size: a power of two within [RING_MIN_SIZE, RING_MAX_SIZE]. */
+int ring_size_valid(uint64_t size);
+
+/* Round a requested size to the valid size at or above it (clamped). */
+uint32_t ring_size_round(uint64_t size);
+
+/* Total bytes of a region with a data area of @size. */
+static inline size_t ring_region_len(uint32_t size)
+{
+	return (size_t)RING_HDR_SIZE + size;
+}
+
+void ring_hdr_init(struct ring_hdr *h, uint32_t size);
+
+/* 0 if a mapped peer header is sane for a region of @expect_size, else -1. */
+int ring_hdr_check(const struct ring_hdr *h, uint32_t expect_size);
+
+/*
+ * A producer cursor @prod read from the peer is acceptable when it has not
+ * moved backwards from @last_prod and the peer has not produced more than
+ * @size bytes beyond our consumer cursor @cons.
+ */
+int ring_prod_valid(uint64_t cons, uint64_t last_prod, uint64_t prod, uint32_t size);
+
+/*
+ * A consumer cursor @peer_cons read from the peer is acceptable when it lies
+ * between the last value we saw and our producer cursor @prod.
+ */
+int ring_cons_valid(uint64_t last_cons, uint64_t peer_cons, uint64_t prod);
+
+/* Bytes free for the producer, given the consumer's cursor. */
+static inline uint32_t ring_space(uint64_t prod, uint64_t cons, uint32_t size)
+{
+	return size - (uint32_t)(prod - cons);
+}
+
+/* Copy into / out of a ring at stream position @pos, splitting at the wrap. */
+void ring_copy_in(uint8_t *data, uint32_t size, uint64_t pos, const void *src, size_t len);
+void ring_copy_out(void *dst, const uint8_t *data, uint32_t size, uint64_t pos, size_t len);
+
+/*
+ * Contiguous run of the ring starting at @pos of at most @len bytes (the part
+ * before the wrap), for callers that fill the ring directly (sendfile).
+ */
+static inline size_t ring_contig(uint32_t size, uint64_t pos, size_t len)
+{
+	size_t off = (size_t)(pos & (size - 1));
+	size_t run = size - off;
+	return len < run ? len : run;
+}
+
+#endif

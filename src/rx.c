@@ -1,0 +1,214 @@
+/*
+ * rx.c - receive: copy bytes out of the peer's ring (mapped read-only).
+ *
+ * Every cursor and flag read from the peer is checked before use; a peer
+ * that breaks the rules gets its connection reset, never an out-of-bounds
+ * read from us.  Blocking waits are a blocking MSG_PEEK recv on the doorbell
+ * socket, so SO_RCVTIMEO, SA_RESTART and EINTR behave exactly as the kernel
+ * makes them behave for any socket.
+ */
+#include "io.h"
+
+#include "sys.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+
+int rx_peer_prod(struct conn *c, uint64_t *prod)
+{
+	struct conn_shared *sh = c->sh;
+	uint64_t p = atomic_load_explicit(&c->rx->prod, memory_order_seq_cst);
+
+	if (!ring_prod_valid(sh->cons, sh->peer_prod_seen, p, c->rx_size)) {
+		conn_mark_broken(c);
+		return -1;
+	}
+	sh->peer_prod_seen = p;
+	*prod = p;
+	return 0;
+}
+
+static void publish_cons(struct conn *c)
+{
+	struct conn_shared *sh = c->sh;
+
+	sh->cons_pub = sh->cons;
+	atomic_store_explicit(&c->tx->cons, sh->cons, memory_order_seq_cst);
+}
+
+/*
+ * After consuming up to sh->cons with the producer seen at @prod: tell the
+ * writer what it needs to know and consume doorbells we no longer need.
+ */
+static void after_consume(struct conn *c, int fd, uint64_t prod)
+{
+	struct conn_shared *sh = c->sh;
+	int writer_blocked = atomic_load_explicit(&c->rx->write_blocked, memory_order_relaxed);
+
+	if (c->slot)
+		c->slot->rx_fill = (uint32_t)(prod - sh->cons);
+	if (sh->cons == prod) {
+		uint64_t again;
+
+		publish_cons(c);
+		if (rx_peer_prod(c, &again) == 0 && again == sh->cons)
+			bell_drain(c, fd, 0);   /* empty: stale doorbells go */
+	} else if (writer_blocked) {
+		publish_cons(c);
+		bell_drain(c, fd, 1);           /* wake the writer, stay readable */
+	} else if (sh->cons - sh->cons_pub >= c->rx_size / 10) {
+		publish_cons(c);                /* the kernel's 10% rule */
+	}
+}
+
+/* Copy @len bytes from stream position @pos to the iovec at byte @skip. */
+static void copy_to_iov(struct conn *c, const struct iovec *iov, int iovcnt, size_t skip,
+                        uint64_t pos, size_t len)
+{
+	for (int i = 0; i < iovcnt && len; i++) {
+		size_t n;
+
+		if (skip >= iov[i].iov_len) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		n = iov[i].iov_len - skip;
+		if (n > len)
+			n = len;
+		ring_copy_out((char *)iov[i].iov_base + skip, ring_data_ro(c->rx), c->rx_size, pos, n);
+		pos += n;
+		len -= n;
+		skip = 0;
+	}
+}
+
+/* What the peer's flags mean for a reader that found the ring empty. */
+static int rx_end_state(struct conn *c, uint32_t peer_flags)
+{
+	if (atomic_load(&c->sh->flags) & SH_BROKEN || peer_flags & RING_F_ABORT)
+		return -ECONNRESET;
+	if (peer_flags & (RING_F_SHUTDOWN | RING_F_CLOSED) ||
+	    atomic_load(&c->sh->flags) & (SH_SHUT_RD | SH_PEER_GONE))
+		return 1;       /* end of stream */
+	return 0;
+}
+
+/*
+ * Wait for a doorbell or a hang-up.  Returns 0 to look again, 1 at end of
+ * stream, or -errno (EAGAIN for non-blocking or timeout, EINTR).
+ */
+static int rx_wait(struct conn *c, int fd, int dontwait)
+{
+	struct conn_shared *sh = c->sh;
+	char b;
+	ssize_t n;
+
+	sh_unlock(&sh->rx_lock);
+	n = sys_recv(fd, &b, 1, MSG_PEEK | (dontwait ? MSG_DONTWAIT : 0));
+	int err = errno;
+	sh_lock(&sh->rx_lock);
+	if (n > 0) {
+		conn_mark_broken(c);
+		return -ECONNRESET;
+	}
+	if (n < 0)
+		return -err;
+	/* a message is queued, or the peer hung up */
+	if (atomic_load_explicit(&c->rx->bell_seq, memory_order_acquire) != sh->bells_drained)
+		return 0;
+	if (peer_hung_up(fd)) {
+		atomic_fetch_or(&sh->flags, SH_PEER_GONE);
+		return 1;
+	}
+	sched_yield();          /* a doorbell sent but not yet counted: brief */
+	return 0;
+}
+
+ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct conn_shared *sh = c->sh;
+	int peek = flags & MSG_PEEK;
+	int waitall = (flags & MSG_WAITALL) && !peek;
+	int dontwait = flags & MSG_DONTWAIT;
+	size_t total = 0, got = 0;
+	int err = 0, idle_loops = 0;
+
+	if (flags & MSG_OOB) {
+		errno = EINVAL;
+		return -1;
+	}
+	for (int k = 0; k < iovcnt; k++)
+		total += iov[k].iov_len;
+	if (total == 0)
+		return 0;
+	sh_lock(&sh->rx_lock);
+	for (;;) {
+		uint32_t pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
+		uint64_t prod, start = sh->cons + (peek ? got : 0);
+		int end;
+
+		if (atomic_load(&sh->flags) & SH_SHUT_RD)
+			break;
+		if (rx_peer_prod(c, &prod) < 0) {
+			err = ECONNRESET;
+			break;
+		}
+		if (prod != start) {
+			size_t n = prod - start;
+			if (n > total - got)
+				n = total - got;
+			copy_to_iov(c, iov, iovcnt, got, start, n);
+			got += n;
+			if (!peek) {
+				sh->cons += n;
+				if (c->slot)
+					atomic_fetch_add_explicit(&c->slot->rx_bytes, n,
+					                          memory_order_relaxed);
+				after_consume(c, fd, prod);
+			}
+			if (got == total || !waitall)
+				break;
+			continue;
+		}
+		end = rx_end_state(c, pf);
+		if (end < 0 && got == 0)
+			err = -end;
+		if (end || (got && !waitall))
+			break;
+		/* empty: make sure the writer will ring, then wait for it */
+		if (sh->cons_pub != sh->cons)
+			publish_cons(c);
+		if (rx_peer_prod(c, &prod) == 0 && prod != sh->cons)
+			continue;
+		bell_drain(c, fd, 0);
+		end = rx_wait(c, fd, dontwait);
+		if (end == 0 && ++idle_loops > 100000) {
+			conn_mark_broken(c);    /* doorbells that never match: hostile */
+			end = -ECONNRESET;
+		}
+		if (end < 0) {
+			if (got == 0)
+				err = -end;
+			break;
+		}
+	}
+	sh_unlock(&sh->rx_lock);
+	if (got == 0 && err) {
+		errno = err;
+		return -1;
+	}
+	return (ssize_t)got;
+}
+
+uint32_t rx_available(struct conn *c)
+{
+	uint64_t prod;
+	uint32_t n = 0;
+
+	sh_lock(&c->sh->rx_lock);
+	if (rx_peer_prod(c, &prod) == 0)
+		n = (uint32_t)(prod - c->sh->cons);
+	sh_unlock(&c->sh->rx_lock);
+	return n;
+}

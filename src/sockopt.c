@@ -1,0 +1,117 @@
+/*
+ * sockopt.c - an accelerated descriptor still answers like a TCP socket.
+ *
+ * Options are served by the hidden TCP socket, which is a real, connected
+ * TCP socket: what the application set before the switch is still there, and
+ * what it sets after lands there too.  Only the options that change how the
+ * descriptor *behaves* (timeouts) are also applied to the doorbell socket,
+ * and the buffer sizes of the doorbell socket are never touched, because its
+ * send buffer is the doorbell budget.
+ */
+#include "sockopt.h"
+
+#include "io.h"
+#include "sys.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
+
+#ifndef AF_SMC
+#define AF_SMC 43
+#endif
+
+static int put_int(void *val, socklen_t *len, int v)
+{
+	if (!val || !len || *len < sizeof(int)) {
+		errno = EINVAL;
+		return -1;
+	}
+	memcpy(val, &v, sizeof(int));
+	*len = sizeof(int);
+	return 0;
+}
+
+int so_getsockopt(struct conn *c, int fd, int level, int opt, void *val, socklen_t *len)
+{
+	if (level == SOL_SOCKET) {
+		switch (opt) {
+		case SO_ERROR: {
+			/* the hidden socket's own errors (a reset when the peer
+			 * closed its copy) say nothing about this connection */
+			uint32_t f = atomic_load(&c->sh->flags);
+			return put_int(val, len, (f & SH_BROKEN) ? ECONNRESET : 0);
+		}
+		case SO_DOMAIN:
+			return put_int(val, len, c->domain);
+		case SO_RCVTIMEO:
+		case SO_SNDTIMEO:
+			return sys_getsockopt(fd, level, opt, val, len);
+		}
+	}
+	return sys_getsockopt(c->tcp_fd, level, opt, val, len);
+}
+
+int so_setsockopt(struct conn *c, int fd, int level, int opt, const void *val, socklen_t len)
+{
+	int rc = sys_setsockopt(c->tcp_fd, level, opt, val, len);
+
+	if (rc == 0 && level == SOL_SOCKET && (opt == SO_RCVTIMEO || opt == SO_SNDTIMEO))
+		rc = sys_setsockopt(fd, level, opt, val, len);
+	return rc;
+}
+
+int so_name(struct conn *c, int peer, struct sockaddr *sa, socklen_t *len)
+{
+	/* from the hidden socket while it is connected, so the family and
+	 * scope are exactly what the application had */
+	int rc = peer ? sys_getpeername(c->tcp_fd, sa, len) : sys_getsockname(c->tcp_fd, sa, len);
+
+	if (rc == 0 || !peer)
+		return rc;
+	/* the peer reset its hidden copy: answer from what we recorded */
+	struct ep *e = &c->peer;
+	if (c->domain == AF_INET6 || !ep_is_v4(e)) {
+		struct sockaddr_in6 s = { .sin6_family = AF_INET6, .sin6_port = htons(e->port) };
+		memcpy(&s.sin6_addr, e->ip, 16);
+		memcpy(sa, &s, *len < sizeof(s) ? *len : sizeof(s));
+		*len = sizeof(s);
+	} else {
+		struct sockaddr_in s = { .sin_family = AF_INET, .sin_port = htons(e->port) };
+		memcpy(&s.sin_addr, e->ip + 12, 4);
+		memcpy(sa, &s, *len < sizeof(s) ? *len : sizeof(s));
+		*len = sizeof(s);
+	}
+	return 0;
+}
+
+int so_ioctl(struct conn *c, unsigned long req, void *arg, int *handled)
+{
+	*handled = 1;
+	switch (req) {
+	case FIONREAD:
+		*(int *)arg = (int)rx_available(c);
+		return 0;
+	case SIOCOUTQ:
+		*(int *)arg = (int)tx_unacked(c);
+		return 0;
+	}
+	*handled = 0;
+	return 0;
+}
+
+void so_copy_timeouts(int from_tcp, int to_unix)
+{
+	static const int opts[] = { SO_RCVTIMEO, SO_SNDTIMEO };
+
+	for (size_t i = 0; i < 2; i++) {
+		struct timeval tv;
+		socklen_t l = sizeof(tv);
+		if (sys_getsockopt(from_tcp, SOL_SOCKET, opts[i], &tv, &l) == 0 &&
+		    (tv.tv_sec || tv.tv_usec))
+			sys_setsockopt(to_unix, SOL_SOCKET, opts[i], &tv, sizeof(tv));
+	}
+}

@@ -1,0 +1,19 @@
+/*
+ * sockopt.h - socket identity after the switch (see sockopt.c).
+ */
+#ifndef SMCLO_SOCKOPT_H
+#define SMCLO_SOCKOPT_H
+
+#include "conn.h"
+
+#include <sys/socket.h>
+
+int so_getsockopt(struct conn *c, int fd, int level, int opt, void *val, socklen_t *len);
+int so_setsockopt(struct conn *c, int fd, int level, int opt, const void *val, socklen_t len);
+int so_name(struct conn *c, int peer, struct sockaddr *sa, socklen_t *len);
+int so_ioctl(struct conn *c, unsigned long req, void *arg, int *handled);
+
+/* Carry timeouts set on the TCP socket over to the doorbell socket. */
+void so_copy_timeouts(int from_tcp, int to_unix);
+
+#endif

@@ -1,0 +1,254 @@
+/*
+ * stats.c - per-process connection tables and registry-wide totals (stats.h).
+ */
+#include "stats.h"
+
+#include "registry.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct stat_table *my_table;
+static char my_table_name[64];
+static int my_table_fd = -1;
+
+static void *map_file(int fd, size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+struct stats_totals *stats_totals_map(int dirfd)
+{
+	struct stats_totals *t;
+	struct stat st;
+	int fd = openat(dirfd, "stats", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return NULL;
+	/* whoever grows the file first initialises it; the lock orders the two */
+	{
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+		fcntl(fd, F_OFD_SETLKW, &fl);
+		if (fstat(fd, &st) == 0 && st.st_size < (off_t)sizeof(*t) &&
+		    ftruncate(fd, sizeof(*t)) == 0) {
+			t = map_file(fd, sizeof(*t));
+			if (t) {
+				t->magic = STATS_MAGIC;
+				t->version = 1;
+				t->created = time(NULL);
+				t->reset = t->created;
+				munmap(t, sizeof(*t));
+			}
+		}
+		fl.l_type = F_UNLCK;
+		fcntl(fd, F_OFD_SETLK, &fl);
+	}
+	t = map_file(fd, sizeof(*t));
+	close(fd);
+	if (t && t->magic != STATS_MAGIC) {
+		munmap(t, sizeof(*t));
+		return NULL;
+	}
+	return t;
+}
+
+struct stat_table *stats_table(int dirfd, char *name_out, size_t len)
+{
+	if (!my_table) {
+		uint32_t rnd = 0;
+		int fd;
+
+		if (syscall(SYS_getrandom, &rnd, sizeof(rnd), 0) != sizeof(rnd))
+			rnd = (uint32_t)time(NULL);
+		snprintf(my_table_name, sizeof(my_table_name), "%d.%08x", (int)getpid(), rnd);
+		fd = registry_lock_create(dirfd, "c", my_table_name);
+		if (fd < 0)
+			return NULL;
+		if (ftruncate(fd, sizeof(struct stat_table)) < 0 ||
+		    !(my_table = map_file(fd, sizeof(struct stat_table)))) {
+			char path[100];
+			snprintf(path, sizeof(path), "c/%s", my_table_name);
+			unlinkat(dirfd, path, 0);
+			close(fd);
+			return NULL;
+		}
+		my_table->magic = TABLE_MAGIC;
+		my_table->pid = getpid();
+		my_table->nslots = TABLE_SLOTS;
+		my_table_fd = fd;   /* held open: the lock says we are alive */
+	}
+	if (name_out)
+		snprintf(name_out, len, "%s", my_table_name);
+	return my_table;
+}
+
+void stats_forget_table(void)
+{
+	/*
+	 * The child keeps the parent's mapping and lock descriptor: slots of
+	 * connections it inherited stay where they are, and the parent's table
+	 * stays alive while either process lives.
+	 */
+	my_table = NULL;
+	my_table_fd = -1;
+}
+
+struct stat_slot *stats_slot_alloc(struct stat_table *t, int fd, int role)
+{
+	for (uint32_t i = 0; t && i < TABLE_SLOTS; i++) {
+		struct stat_slot *s = &t->slots[i];
+		uint32_t expect = 0;
+
+		if (atomic_load_explicit(&s->in_use, memory_order_relaxed))
+			continue;
+		if (!atomic_compare_exchange_strong(&s->in_use, &expect, 1))
+			continue;
+		s->pid = getpid();
+		s->fd = fd;
+		s->mode = MODE_PENDING;
+		s->role = (uint8_t)role;
+		s->reason = R_NONE;
+		memset(&s->local, 0, sizeof(s->local));
+		memset(&s->peer, 0, sizeof(s->peer));
+		s->tx_ring = s->rx_ring = 0;
+		s->tx_bytes = s->rx_bytes = 0;
+		s->tx_fill = s->rx_fill = 0;
+		s->started = (uint64_t)time(NULL);
+		return s;
+	}
+	return NULL;   /* table full: the connection works, it is just not listed */
+}
+
+void stats_slot_decide(struct stats_totals *tot, struct stat_slot *s, int mode, int reason)
+{
+	if (s) {
+		s->mode = (uint8_t)mode;
+		s->reason = (uint16_t)reason;
+	}
+	if (!tot)
+		return;
+	if (mode == MODE_SHM)
+		atomic_fetch_add(&tot->accelerated[s ? s->role : 0], 1);
+	else if (reason > R_NONE && reason < R_COUNT)
+		atomic_fetch_add(&tot->fallback[reason], 1);
+	if (reason == R_HANDSHAKE_ERROR || reason == R_PROOF_FAILED)
+		atomic_fetch_add(&tot->handshake_errors, 1);
+}
+
+static void fold(struct stats_totals *tot, struct stat_slot *s)
+{
+	if (tot) {
+		atomic_fetch_add(&tot->tx_bytes, atomic_load(&s->tx_bytes));
+		atomic_fetch_add(&tot->rx_bytes, atomic_load(&s->rx_bytes));
+		atomic_fetch_add(&tot->conns_closed, 1);
+	}
+}
+
+void stats_slot_release(struct stats_totals *tot, struct stat_slot *s)
+{
+	if (!s)
+		return;
+	fold(tot, s);
+	atomic_store(&s->in_use, 0);
+}
+
+static int is_table_name(const char *n)
+{
+	return n[0] != '.';
+}
+
+void stats_collect_dead(int dirfd, struct stats_totals *tot)
+{
+	int fd = openat(dirfd, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((de = readdir(d)) != NULL) {
+		char from[300], to[300];
+		struct stat_table *t;
+		int tfd;
+
+		if (!is_table_name(de->d_name) || registry_is_locked(dirfd, "c", de->d_name) != 0)
+			continue;
+		snprintf(from, sizeof(from), "c/%s", de->d_name);
+		snprintf(to, sizeof(to), "c/.dead.%d.%s", (int)getpid(), de->d_name);
+		if (renameat(dirfd, from, dirfd, to) < 0)
+			continue;   /* someone else is folding it */
+		tfd = openat(dirfd, to, O_RDWR | O_CLOEXEC);
+		t = tfd >= 0 ? map_file(tfd, sizeof(*t)) : NULL;
+		if (t && t->magic == TABLE_MAGIC) {
+			for (uint32_t i = 0; i < TABLE_SLOTS; i++)
+				if (atomic_load(&t->slots[i].in_use))
+					fold(tot, &t->slots[i]);
+		}
+		if (t)
+			munmap(t, sizeof(*t));
+		if (tfd >= 0)
+			close(tfd);
+		unlinkat(dirfd, to, 0);
+	}
+	closedir(d);
+}
+
+void stats_for_each(int dirfd, void (*fn)(const struct stat_slot *, void *), void *arg)
+{
+	int fd = openat(dirfd, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((de = readdir(d)) != NULL) {
+		char path[300];
+		struct stat_table *t;
+		int tfd;
+
+		if (!is_table_name(de->d_name))
+			continue;
+		snprintf(path, sizeof(path), "c/%s", de->d_name);
+		tfd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+		if (tfd < 0)
+			continue;
+		t = mmap(NULL, sizeof(*t), PROT_READ, MAP_SHARED, tfd, 0);
+		close(tfd);
+		if (t == MAP_FAILED)
+			continue;
+		if (t->magic == TABLE_MAGIC)
+			for (uint32_t i = 0; i < TABLE_SLOTS; i++)
+				if (atomic_load(&t->slots[i].in_use))
+					fn(&t->slots[i], arg);
+		munmap(t, sizeof(*t));
+	}
+	closedir(d);
+}
+
+void stats_reset(struct stats_totals *tot)
+{
+	atomic_store(&tot->reset, (int64_t)time(NULL));
+	for (int i = 0; i < 3; i++)
+		atomic_store(&tot->accelerated[i], 0);
+	for (int i = 0; i < R_COUNT; i++)
+		atomic_store(&tot->fallback[i], 0);
+	atomic_store(&tot->handshake_errors, 0);
+	atomic_store(&tot->tx_bytes, 0);
+	atomic_store(&tot->rx_bytes, 0);
+	atomic_store(&tot->conns_closed, 0);
+}

@@ -1,0 +1,81 @@
+/*
+ * stats.h - what `smclo stat` and `smclo stats` read.
+ *
+ * Each process publishes its connections in a table file c/<pid>.<rand>
+ * (one slot per connection, written with plain stores on the data path: no
+ * system call, no shared cache line with other processes).  Totals live in
+ * the registry's `stats` file and are updated with atomic adds when a
+ * connection is decided and when it ends.  A table whose owner died is folded
+ * into the totals by whoever notices first (it renames the table away first,
+ * so it is folded once).
+ */
+#ifndef SMCLO_STATS_H
+#define SMCLO_STATS_H
+
+#include "addr.h"
+#include "reason.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define STATS_MAGIC   0x54534d53u
+#define TABLE_MAGIC   0x42544d53u
+#define TABLE_SLOTS   4096
+
+enum conn_mode { MODE_PENDING = 0, MODE_SHM = 1, MODE_TCP = 2 };
+enum conn_role { ROLE_CLIENT = 1, ROLE_SERVER = 2 };
+
+struct stat_slot {
+	_Atomic uint32_t in_use;
+	int32_t pid;
+	int32_t fd;
+	uint8_t mode, role;
+	uint16_t reason;
+	struct ep local, peer;
+	uint32_t tx_ring, rx_ring;
+	_Atomic uint64_t tx_bytes, rx_bytes;
+	_Atomic uint32_t tx_fill, rx_fill;
+	uint64_t started;
+};
+
+struct stat_table {
+	uint32_t magic;
+	int32_t pid;
+	uint32_t nslots;
+	uint32_t pad;
+	struct stat_slot slots[TABLE_SLOTS];
+};
+
+struct stats_totals {
+	uint32_t magic;
+	uint32_t version;
+	int64_t created;
+	_Atomic int64_t reset;
+	_Atomic uint64_t accelerated[3];      /* by role: [1] client, [2] server */
+	_Atomic uint64_t fallback[R_COUNT];
+	_Atomic uint64_t handshake_errors;
+	_Atomic uint64_t tx_bytes, rx_bytes;
+	_Atomic uint64_t conns_closed;
+};
+
+/* Map the totals file, creating it if needed.  NULL on failure. */
+struct stats_totals *stats_totals_map(int dirfd);
+
+/* This process's table (created and locked on first use; NULL on failure). */
+struct stat_table *stats_table(int dirfd, char *name_out, size_t len);
+/* After fork: the child starts its own table next time. */
+void stats_forget_table(void);
+
+struct stat_slot *stats_slot_alloc(struct stat_table *t, int fd, int role);
+void stats_slot_decide(struct stats_totals *tot, struct stat_slot *s, int mode, int reason);
+void stats_slot_release(struct stats_totals *tot, struct stat_slot *s);
+
+/* Fold tables of dead processes into the totals and remove them. */
+void stats_collect_dead(int dirfd, struct stats_totals *tot);
+
+/* Visit every live slot (for `smclo stat`). */
+void stats_for_each(int dirfd, void (*fn)(const struct stat_slot *, void *), void *arg);
+
+void stats_reset(struct stats_totals *tot);
+
+#endif

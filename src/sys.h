@@ -1,0 +1,121 @@
+/*
+ * sys.h - direct system calls for the library's own use.
+ *
+ * The library interposes close, read, send and friends; when it needs the
+ * kernel's behaviour for its own descriptors it calls the kernel directly, so
+ * it never recurses into its own wrappers and never depends on the order in
+ * which the dynamic linker resolved them.
+ */
+#ifndef SMCLO_SYS_H
+#define SMCLO_SYS_H
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static inline int sys_close(int fd)
+{
+	return (int)syscall(SYS_close, fd);
+}
+
+static inline ssize_t sys_read(int fd, void *b, size_t n)
+{
+	return (ssize_t)syscall(SYS_read, fd, b, n);
+}
+
+static inline ssize_t sys_write(int fd, const void *b, size_t n)
+{
+	return (ssize_t)syscall(SYS_write, fd, b, n);
+}
+
+static inline ssize_t sys_recv(int fd, void *b, size_t n, int f)
+{
+	return (ssize_t)syscall(SYS_recvfrom, fd, b, n, f, NULL, NULL);
+}
+
+static inline ssize_t sys_send(int fd, const void *b, size_t n, int f)
+{
+	return (ssize_t)syscall(SYS_sendto, fd, b, n, f, NULL, 0);
+}
+
+static inline ssize_t sys_sendmsg(int fd, const struct msghdr *m, int f)
+{
+	return (ssize_t)syscall(SYS_sendmsg, fd, m, f);
+}
+
+static inline ssize_t sys_recvmsg(int fd, struct msghdr *m, int f)
+{
+	return (ssize_t)syscall(SYS_recvmsg, fd, m, f);
+}
+
+static inline int sys_poll(struct pollfd *p, nfds_t n, int t)
+{
+	return (int)syscall(SYS_poll, p, n, t);
+}
+
+static inline int sys_socket(int d, int t, int p)
+{
+	return (int)syscall(SYS_socket, d, t, p);
+}
+
+static inline int sys_connect(int fd, const void *a, socklen_t l)
+{
+	return (int)syscall(SYS_connect, fd, a, l);
+}
+
+static inline int sys_bind(int fd, const void *a, socklen_t l)
+{
+	return (int)syscall(SYS_bind, fd, a, l);
+}
+
+static inline int sys_listen(int fd, int n)
+{
+	return (int)syscall(SYS_listen, fd, n);
+}
+
+static inline int sys_accept4(int fd, void *a, socklen_t *l, int f)
+{
+	return (int)syscall(SYS_accept4, fd, a, l, f);
+}
+
+static inline int sys_shutdown(int fd, int h)
+{
+	return (int)syscall(SYS_shutdown, fd, h);
+}
+
+static inline int sys_getsockname(int fd, void *a, socklen_t *l)
+{
+	return (int)syscall(SYS_getsockname, fd, a, l);
+}
+
+static inline int sys_getpeername(int fd, void *a, socklen_t *l)
+{
+	return (int)syscall(SYS_getpeername, fd, a, l);
+}
+
+static inline int sys_getsockopt(int fd, int l, int o, void *v, socklen_t *n)
+{
+	return (int)syscall(SYS_getsockopt, fd, l, o, v, n);
+}
+
+static inline int sys_setsockopt(int fd, int l, int o, const void *v, socklen_t n)
+{
+	return (int)syscall(SYS_setsockopt, fd, l, o, v, n);
+}
+
+static inline int sys_dup3(int a, int b, int f)
+{
+	return (int)syscall(SYS_dup3, a, b, f);
+}
+
+static inline int sys_fcntl(int fd, int c, long a)
+{
+	return (int)syscall(SYS_fcntl, fd, c, a);
+}
+
+#ifndef SO_NETNS_COOKIE
+#define SO_NETNS_COOKIE 71
+#endif
+
+#endif

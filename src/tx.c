@@ -1,0 +1,197 @@
+/*
+ * tx.c - transmit: copy the application's bytes into the ring we own, once.
+ *
+ * One copy in (here) and one copy out (rx.c) is the seeds' "nocopy" path:
+ * the send buffer *is* the ring the peer reads.  sendfile() reads the file
+ * straight into the ring, so a static file costs the same single copy.
+ */
+#include "io.h"
+
+#include "sys.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+
+/* Validated consumer cursor of the peer on our ring; -1 if the peer lied. */
+static int peer_cons(struct conn *c, uint64_t *out)
+{
+	struct conn_shared *sh = c->sh;
+	uint64_t pc = atomic_load_explicit(&c->rx->cons, memory_order_acquire);
+
+	if (!ring_cons_valid(sh->peer_cons_seen, pc, sh->prod)) {
+		conn_mark_broken(c);
+		return -1;
+	}
+	sh->peer_cons_seen = pc;
+	*out = pc;
+	return 0;
+}
+
+/* Error a write gets now, or 0. */
+static int tx_error(struct conn *c)
+{
+	uint32_t f = atomic_load(&c->sh->flags);
+	uint32_t pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
+
+	if (f & SH_BROKEN || pf & RING_F_ABORT)
+		return ECONNRESET;
+	if (f & (SH_SHUT_WR | SH_PEER_GONE) || pf & RING_F_CLOSED)
+		return EPIPE;
+	return 0;
+}
+
+/*
+ * Free space in our ring, waiting for some when @wait.  Returns the space,
+ * 0 for "would block", or -errno.
+ */
+static long tx_space(struct conn *c, int fd, int dontwait)
+{
+	struct conn_shared *sh = c->sh;
+	int filled = 0;
+
+	for (;;) {
+		uint64_t pc;
+		uint32_t space;
+		int err = tx_error(c);
+
+		if (err)
+			return -err;
+		if (peer_cons(c, &pc) < 0)
+			return -ECONNRESET;
+		space = ring_space(sh->prod, pc, c->tx_size);
+		if (space) {
+			if (atomic_load_explicit(&c->tx->write_blocked, memory_order_relaxed))
+				atomic_store(&c->tx->write_blocked, 0);
+			return space;
+		}
+		if (!atomic_load_explicit(&c->tx->write_blocked, memory_order_relaxed)) {
+			/* ask the reader to report progress, then look once more */
+			atomic_store_explicit(&c->tx->write_blocked, 1, memory_order_seq_cst);
+			continue;
+		}
+		if (!filled) {
+			bell_fill(c, fd);       /* our descriptor stops being writable */
+			filled = 1;
+			continue;
+		}
+		if (dontwait)
+			return 0;
+		/* a blocking doorbell: returns when the reader drained some */
+		sh_unlock(&sh->tx_lock);
+		int r = bell_send(c, fd, 0);
+		sh_lock(&sh->tx_lock);
+		if (r < 0 && r != -EAGAIN)
+			return r == -EPIPE || r == -ECONNRESET ? -EPIPE : r;
+		if (r == -EAGAIN)
+			return 0;               /* SO_SNDTIMEO expired */
+		filled = 0;
+	}
+}
+
+static void tx_publish(struct conn *c, int fd, uint32_t n)
+{
+	struct conn_shared *sh = c->sh;
+
+	sh->prod += n;
+	atomic_store_explicit(&c->tx->prod, sh->prod, memory_order_seq_cst);
+	if (c->slot) {
+		atomic_fetch_add_explicit(&c->slot->tx_bytes, n, memory_order_relaxed);
+		c->slot->tx_fill = (uint32_t)(sh->prod - sh->peer_cons_seen);
+	}
+	bell_after_produce(c, fd);
+}
+
+static ssize_t tx_finish(ssize_t done, long err, int flags)
+{
+	if (done > 0)
+		return done;
+	if (err == 0) {
+		errno = EAGAIN;
+		return -1;
+	}
+	if (err == -EPIPE && !(flags & MSG_NOSIGNAL))
+		raise(SIGPIPE);
+	errno = (int)-err;
+	return -1;
+}
+
+ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct conn_shared *sh = c->sh;
+	int dontwait = flags & MSG_DONTWAIT;
+	size_t total = 0, done = 0;
+	int i = 0;
+	size_t off = 0;      /* offset inside iov[i] */
+	long space = 0;
+
+	if (flags & MSG_OOB) {
+		errno = EOPNOTSUPP;
+		return -1;
+	}
+	for (int k = 0; k < iovcnt; k++)
+		total += iov[k].iov_len;
+	if (total == 0) {
+		/* a zero-length send still reports a broken or closed connection */
+		int err = tx_error(c);
+		return err ? tx_finish(0, -err, flags) : 0;
+	}
+	sh_lock(&sh->tx_lock);
+	while (done < total && (space = tx_space(c, fd, dontwait)) > 0) {
+		uint32_t chunk = 0;
+
+		while (chunk < space && i < iovcnt) {
+			size_t n = iov[i].iov_len - off;
+			if (n > (size_t)(space - chunk))
+				n = (size_t)(space - chunk);
+			ring_copy_in(ring_data(c->tx), c->tx_size, sh->prod + chunk,
+			             (const char *)iov[i].iov_base + off, n);
+			chunk += (uint32_t)n;
+			off += n;
+			if (off == iov[i].iov_len) {
+				i++;
+				off = 0;
+			}
+		}
+		tx_publish(c, fd, chunk);
+		done += chunk;
+	}
+	sh_unlock(&sh->tx_lock);
+	return tx_finish((ssize_t)done, space, flags);
+}
+
+ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t count)
+{
+	struct conn_shared *sh = c->sh;
+	size_t done = 0;
+	long space = 0;
+	off_t pos = offset ? *offset : 0;
+
+	sh_lock(&sh->tx_lock);
+	while (done < count && (space = tx_space(c, fd, 0)) > 0) {
+		size_t want = count - done < (size_t)space ? count - done : (size_t)space;
+		size_t run = ring_contig(c->tx_size, sh->prod, want);
+		uint8_t *dst = ring_data(c->tx) + (sh->prod & (c->tx_size - 1));
+		ssize_t n = offset ? pread(in_fd, dst, run, pos) : sys_read(in_fd, dst, run);
+
+		if (n <= 0) {
+			if (n < 0 && done == 0)
+				space = -errno;
+			break;
+		}
+		pos += n;
+		tx_publish(c, fd, (uint32_t)n);
+		done += (size_t)n;
+	}
+	sh_unlock(&sh->tx_lock);
+	if (offset)
+		*offset = pos;
+	if (done == 0 && space > 0)
+		return 0;           /* end of file */
+	return tx_finish((ssize_t)done, space, MSG_NOSIGNAL);
+}
+
+uint32_t tx_unacked(struct conn *c)
+{
+	return (uint32_t)(c->sh->prod - atomic_load(&c->rx->cons));
+}
