@@ -1,1 +1,128 @@
-int main(void){return 0;}
+/*
+ * test_ring.c - cursor arithmetic, validation of hostile cursors, and copies
+ * across the wrap of the data area and of the 64-bit counters.
+ */
+#include "check.h"
+#include "ring.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_sizes(void)
+{
+	CHECK(ring_size_valid(16 << 10));
+	CHECK(ring_size_valid(1 << 20));
+	CHECK(ring_size_valid(16 << 20));
+	CHECK(!ring_size_valid(0));
+	CHECK(!ring_size_valid(8 << 10));
+	CHECK(!ring_size_valid((64 << 10) + 1));
+	CHECK(!ring_size_valid(32 << 20));
+	CHECK(ring_size_round(1) == 16 << 10);
+	CHECK(ring_size_round(100 << 10) == 128 << 10);
+	CHECK(ring_size_round(1ull << 40) == RING_MAX_SIZE);
+}
+
+static void test_prod_validation(void)
+{
+	const uint32_t size = 64 << 10;
+
+	CHECK(ring_prod_valid(0, 0, 0, size));
+	CHECK(ring_prod_valid(0, 0, size, size));          /* exactly full */
+	CHECK(!ring_prod_valid(0, 0, size + 1, size));     /* overfull */
+	CHECK(!ring_prod_valid(100, 200, 150, size));      /* went backwards */
+	CHECK(!ring_prod_valid(0, 0, UINT64_MAX, size));   /* "negative" */
+	/* across the 64-bit wrap */
+	uint64_t cons = UINT64_MAX - 10;
+	CHECK(ring_prod_valid(cons, cons, cons + 20, size));
+	CHECK(ring_prod_valid(cons, cons + 5, cons + size, size));
+	CHECK(!ring_prod_valid(cons, cons, cons + size + 1, size));
+	CHECK(!ring_prod_valid(cons, cons + 20, cons + 10, size));
+}
+
+static void test_cons_validation(void)
+{
+	CHECK(ring_cons_valid(0, 0, 0));
+	CHECK(ring_cons_valid(0, 50, 100));
+	CHECK(ring_cons_valid(0, 100, 100));
+	CHECK(!ring_cons_valid(0, 101, 100));              /* consumed unwritten bytes */
+	CHECK(!ring_cons_valid(50, 40, 100));              /* went backwards */
+	uint64_t base = UINT64_MAX - 3;
+	CHECK(ring_cons_valid(base, base + 2, base + 8));
+	CHECK(ring_cons_valid(base, base + 8, base + 8));
+	CHECK(!ring_cons_valid(base, base + 9, base + 8));
+	CHECK(!ring_cons_valid(base, base - 1, base + 8));
+}
+
+static void test_space(void)
+{
+	CHECK(ring_space(0, 0, 1024) == 1024);
+	CHECK(ring_space(1024, 0, 1024) == 0);
+	CHECK(ring_space(UINT64_MAX, UINT64_MAX - 100, 1024) == 924);
+	CHECK(ring_space(5, UINT64_MAX - 4, 1024) == 1014);  /* 10 bytes across the wrap */
+}
+
+/* Stream bytes through a tiny ring in uneven chunks, positions crossing both wraps. */
+static void test_copy_wrap(void)
+{
+	const uint32_t size = 16 << 10;
+	uint8_t *data = calloc(1, size);
+	uint8_t *src = malloc(1 << 20), *dst = malloc(1 << 20);
+	uint64_t prod = UINT64_MAX - 3000, cons = prod;
+	size_t in = 0, out = 0, total = 1 << 20;
+	unsigned seed = 7;
+
+	for (size_t i = 0; i < total; i++)
+		src[i] = (uint8_t)rand_r(&seed);
+	while (out < total) {
+		size_t n = (size_t)(rand_r(&seed) % 9000) + 1;
+		uint32_t space = ring_space(prod, cons, size);
+		if (n > space) n = space;
+		if (n > total - in) n = total - in;
+		ring_copy_in(data, size, prod, src + in, n);
+		prod += n;
+		in += n;
+		size_t m = (size_t)(rand_r(&seed) % 9000) + 1;
+		if (m > prod - cons) m = prod - cons;
+		ring_copy_out(dst + out, data, size, cons, m);
+		cons += m;
+		out += m;
+	}
+	CHECK(memcmp(src, dst, total) == 0);
+	CHECK(prod == cons);
+	CHECK(prod < 3000 + total);    /* the counter wrapped */
+	CHECK(ring_contig(size, size - 10, 100) == 10);
+	CHECK(ring_contig(size, 0, 100) == 100);
+	free(data);
+	free(src);
+	free(dst);
+}
+
+static void test_header(void)
+{
+	static _Alignas(64) uint8_t page[RING_HDR_SIZE];
+	struct ring_hdr *h = (struct ring_hdr *)page;
+
+	ring_hdr_init(h, 64 << 10);
+	CHECK(ring_hdr_check(h, 64 << 10) == 0);
+	CHECK(ring_hdr_check(h, 128 << 10) != 0);    /* size other than negotiated */
+	h->magic ^= 1;
+	CHECK(ring_hdr_check(h, 64 << 10) != 0);
+	ring_hdr_init(h, 64 << 10);
+	h->version = 99;
+	CHECK(ring_hdr_check(h, 64 << 10) != 0);
+	ring_hdr_init(h, 64 << 10);
+	h->hdr_size = 0;
+	CHECK(ring_hdr_check(h, 64 << 10) != 0);
+}
+
+int main(void)
+{
+	test_sizes();
+	test_prod_validation();
+	test_cons_validation();
+	test_space();
+	test_copy_wrap();
+	test_header();
+	return check_report("test_ring");
+}
