@@ -1,29 +1,46 @@
 /*
  * bell.c - doorbells: when to ring, how to make a full writer unwritable, and
  * which doorbells a reader may consume (protocol summary in io.h).
+ *
+ * A doorbell is counted in the writer's region *before* it is sent and the
+ * count is taken back if the send fails or turns out to be unneeded, so a
+ * reader that empties the ring can see a doorbell in flight and consume it
+ * on arrival.  Without that, a doorbell arriving just after the reader
+ * emptied the ring would make the descriptor readable with nothing to read,
+ * and programs that trust readiness (wrk counts EAGAIN after EPOLLIN as an
+ * error) would misbehave.
  */
 #include "io.h"
 
 #include "sys.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 
-int bell_send(struct conn *c, int fd, int dontwait)
+/* Ring once: count, send, take the count back on failure. */
+static int bell_send_once(struct conn *c, int fd, int only_if_unread)
 {
 	struct conn_shared *sh = c->sh;
 	uint64_t seq = sh->bell_seq;
 
-	/* log first, count after the send: the reader only trusts counted bells */
 	atomic_store_explicit(&c->tx->bell_val[seq % BELL_LOG], sh->prod, memory_order_relaxed);
-	if (sys_send(fd, NULL, 0, MSG_NOSIGNAL | (dontwait ? MSG_DONTWAIT : 0)) < 0) {
-		if (errno == EPIPE || errno == ECONNRESET)
+	atomic_store_explicit(&c->tx->bell_seq, seq + 1, memory_order_seq_cst);
+	/* the reader may have consumed everything meanwhile: then no doorbell */
+	if (only_if_unread && atomic_load_explicit(&c->rx->cons, memory_order_seq_cst) == sh->prod) {
+		atomic_store_explicit(&c->tx->bell_seq, seq, memory_order_seq_cst);
+		return 0;
+	}
+	if (sys_send(fd, NULL, 0, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+		int e = errno;
+		atomic_store_explicit(&c->tx->bell_seq, seq, memory_order_seq_cst);
+		if (e == EPIPE || e == ECONNRESET)
 			atomic_fetch_or(&sh->flags, SH_PEER_GONE);
-		return -errno;
+		return -e;
 	}
 	sh->bell_seq = seq + 1;
 	sh->bell_last_val = sh->prod;
-	atomic_store_explicit(&c->tx->bell_seq, seq + 1, memory_order_release);
 	return 0;
 }
 
@@ -40,27 +57,29 @@ void bell_after_produce(struct conn *c, int fd)
 	if (bells_outstanding(c) >= BELL_LOG - 1)
 		return;                 /* the reader has plenty queued already */
 	/* pairs with the reader's publish-cons-then-load-prod (Dekker) */
-	atomic_thread_fence(memory_order_seq_cst);
 	peer_cons = atomic_load_explicit(&c->rx->cons, memory_order_seq_cst);
 	if (sh->bell_seq != 0 && sh->bell_last_val > peer_cons)
 		return;                 /* our last doorbell is still live */
-	bell_send(c, fd, 1);
+	if (peer_cons == sh->prod)
+		return;                 /* the reader already took everything */
+	bell_send_once(c, fd, 1);
 }
 
 void bell_fill(struct conn *c, int fd)
 {
 	/* stops at EAGAIN (socket buffer full: descriptor unwritable) or at the log size */
-	while (bells_outstanding(c) < BELL_LOG - 1 && bell_send(c, fd, 1) == 0)
+	while (bells_outstanding(c) < BELL_LOG - 1 && bell_send_once(c, fd, 0) == 0)
 		;
 }
 
 void bell_drain(struct conn *c, int fd, int keep_one)
 {
 	struct conn_shared *sh = c->sh;
+	int in_flight_waits = 0;
 
 	for (;;) {
 		uint64_t i = sh->bells_drained;
-		uint64_t seq = atomic_load_explicit(&c->rx->bell_seq, memory_order_acquire);
+		uint64_t seq = atomic_load_explicit(&c->rx->bell_seq, memory_order_seq_cst);
 		uint64_t val;
 		char b;
 		ssize_t n;
@@ -75,6 +94,14 @@ void bell_drain(struct conn *c, int fd, int keep_one)
 		if (!keep_one && val > sh->cons)
 			break;                          /* live: covers unread data */
 		n = sys_recv(fd, &b, 1, MSG_DONTWAIT);
+		if (n < 0 && errno == EAGAIN) {
+			/* counted but not arrived: being sent right now, or taken back */
+			if (keep_one || ++in_flight_waits > 2000)
+				break;
+			if (in_flight_waits > 20)
+				sched_yield();
+			continue;
+		}
 		if (n != 0) {
 			if (n > 0)
 				conn_mark_broken(c);    /* bytes where only doorbells belong */
@@ -83,6 +110,27 @@ void bell_drain(struct conn *c, int fd, int keep_one)
 		sh->bells_drained = i + 1;
 		atomic_store_explicit(&c->tx->bells_drained, i + 1, memory_order_relaxed);
 	}
+}
+
+int bell_wait_writable(int fd, int dontwait)
+{
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	struct timeval tv = { 0 };
+	socklen_t l = sizeof(tv);
+	int timeout = -1, rc;
+
+	if (dontwait || (sys_fcntl(fd, F_GETFL, 0) & O_NONBLOCK))
+		return -EAGAIN;
+	if (sys_getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) == 0 && (tv.tv_sec || tv.tv_usec))
+		timeout = (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
+	rc = sys_poll(&p, 1, timeout);
+	if (rc < 0)
+		return -errno;
+	if (rc == 0)
+		return -EAGAIN;         /* SO_SNDTIMEO expired */
+	if (p.revents & (POLLHUP | POLLERR))
+		return -EPIPE;
+	return 0;
 }
 
 int peer_hung_up(int fd)

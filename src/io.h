@@ -26,8 +26,9 @@
 
 /* bell.c */
 void bell_after_produce(struct conn *c, int fd);
-int bell_send(struct conn *c, int fd, int dontwait);
 void bell_fill(struct conn *c, int fd);
+/* Block until the peer drains doorbells (0), or -errno; honours SO_SNDTIMEO. */
+int bell_wait_writable(int fd, int dontwait);
 void bell_drain(struct conn *c, int fd, int keep_one);
 int peer_hung_up(int fd);
 

@@ -54,7 +54,9 @@ int registry_open(const char *dir, int is_default, char *err, size_t errlen)
 	}
 	for (size_t i = 0; i < sizeof(subdirs) / sizeof(subdirs[0]); i++) {
 		/* a shared directory passes its permissions on to what we create */
-		if (mkdirat(dfd, subdirs[i], st.st_mode & 0777) < 0 && errno != EEXIST) {
+		if (mkdirat(dfd, subdirs[i], 0700) == 0)
+			fchmodat(dfd, subdirs[i], st.st_mode & 07777, 0);
+		else if (errno != EEXIST) {
 			snprintf(err, errlen, "registry %s/%s: %s", dir, subdirs[i], strerror(errno));
 			close(dfd);
 			return -1;

@@ -9,6 +9,7 @@
  */
 #include "io.h"
 
+#include "log.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -195,6 +196,8 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 	}
 	sh_unlock(&sh->rx_lock);
 	if (got == 0 && err) {
+		if (err != EAGAIN)
+			DBG("recv fd %d: %s", fd, strerror(err));
 		errno = err;
 		return -1;
 	}

@@ -42,8 +42,9 @@ static int tx_error(struct conn *c)
 }
 
 /*
- * Free space in our ring, waiting for some when @wait.  Returns the space,
- * 0 for "would block", or -errno.
+ * Free space in our ring, waiting for some unless @dontwait (or the
+ * descriptor is non-blocking).  Returns the space, 0 for "would block", or
+ * -errno.
  */
 static long tx_space(struct conn *c, int fd, int dontwait)
 {
@@ -75,16 +76,14 @@ static long tx_space(struct conn *c, int fd, int dontwait)
 			filled = 1;
 			continue;
 		}
-		if (dontwait)
-			return 0;
-		/* a blocking doorbell: returns when the reader drained some */
+		/* the kernel wakes us when the reader drains our doorbells */
 		sh_unlock(&sh->tx_lock);
-		int r = bell_send(c, fd, 0);
+		int r = bell_wait_writable(fd, dontwait);
 		sh_lock(&sh->tx_lock);
-		if (r < 0 && r != -EAGAIN)
-			return r == -EPIPE || r == -ECONNRESET ? -EPIPE : r;
 		if (r == -EAGAIN)
-			return 0;               /* SO_SNDTIMEO expired */
+			return 0;
+		if (r < 0)
+			return r;
 		filled = 0;
 	}
 }
