@@ -16,6 +16,14 @@
 
 static const char *const subdirs[] = { "l", "p", "s", "c" };
 
+/* Files take the directory's permissions: private dirs get private files. */
+static mode_t file_mode = 0600;
+
+mode_t registry_file_mode(void)
+{
+	return file_mode;
+}
+
 static int mkdir_checked(const char *path, mode_t mode, int must_be_private,
                          char *err, size_t errlen)
 {
@@ -52,6 +60,7 @@ int registry_open(const char *dir, int is_default, char *err, size_t errlen)
 			close(dfd);
 		return -1;
 	}
+	file_mode = st.st_mode & 0666;
 	for (size_t i = 0; i < sizeof(subdirs) / sizeof(subdirs[0]); i++) {
 		/* a shared directory passes its permissions on to what we create */
 		if (mkdirat(dfd, subdirs[i], 0700) == 0)
@@ -75,6 +84,7 @@ int registry_lock_create(int dirfd, const char *sub, const char *name)
 	fd = openat(dirfd, path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -1;
+	fchmod(fd, file_mode);      /* not subject to the umask */
 	if (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
 		unlinkat(dirfd, path, 0);
 		close(fd);
@@ -92,7 +102,7 @@ int registry_is_locked(int dirfd, const char *sub, const char *name)
 	snprintf(path, sizeof(path), "%s/%s", sub, name);
 	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return -1;
+		return errno == ENOENT ? -1 : 1;   /* unreadable: assume alive, never remove it */
 	if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
 		fl.l_type = F_UNLCK;
 	close(fd);
@@ -216,6 +226,7 @@ int registry_proposal_put(int dirfd, const char *key, const struct clc_proposal 
 	fd = openat(dirfd, tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -1;
+	fchmod(fd, file_mode);
 	rc = write(fd, p, sizeof(*p)) == (ssize_t)sizeof(*p) ? 0 : -1;
 	close(fd);
 	/* the file appears under its key complete, or not at all */

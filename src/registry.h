@@ -21,12 +21,16 @@
 #include "clc.h"
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #define LISTEN_F_V6ONLY 1u
 #define LISTEN_F_DEFER  2u
 
 /* Open (creating if needed) the registry; returns a directory fd or -1. */
 int registry_open(const char *dir, int is_default, char *err, size_t errlen);
+
+/* Mode for files in the registry (the directory's, without execute bits). */
+mode_t registry_file_mode(void);
 
 /* Lock files: create @name under @sub and hold an OFD lock; returns fd. */
 int registry_lock_create(int dirfd, const char *sub, const char *name);

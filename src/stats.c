@@ -35,6 +35,7 @@ struct stats_totals *stats_totals_map(int dirfd)
 
 	if (fd < 0)
 		return NULL;
+	fchmod(fd, registry_file_mode());
 	/* whoever grows the file first initialises it; the lock orders the two */
 	{
 		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };

@@ -129,7 +129,8 @@ def test_iperf3(reg, procs):
     res = json.loads(r.stdout)
     sent = res["end"]["sum_sent"]["bytes"]
     received = res["end"]["sum_received"]["bytes"]
-    assert sent > 0 and received == sent, (sent, received)
+    # the server stops counting when the test time is up; a ring's worth may be in flight
+    assert sent > 0 and 0.95 * sent <= received <= sent, (sent, received)
     srv.wait(timeout=10)
     assert_all_accelerated(reg, 2)     # control and data connections
 

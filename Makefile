@@ -1,0 +1,52 @@
+# smclo - top-level entry points.  CMake does the building; this file only
+# gives the commands the README promises.
+#
+#   make          build everything into build/
+#   make demo     build, then run `smclo bench` (TCP loopback vs smclo)
+#   make test     build, install test dependencies if missing, run every test
+#   make bench    the benchmark suite against real programs (writes BENCHMARKS.md)
+
+BUILD ?= build
+PYTHON ?= python3
+TEST_DEBS = redis-server redis-tools nginx-light wrk iperf3 sockperf curl \
+            python3-pytest liburing-dev iproute2 util-linux cmake ninja-build gcc
+
+.PHONY: all build demo test unit pytest deps clean bench
+
+all: build
+
+build:
+	@command -v cmake >/dev/null && command -v ninja >/dev/null || $(MAKE) --no-print-directory deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD)
+
+demo: build
+	$(BUILD)/smclo bench
+
+# Install only what is missing; apt-get update only when something is.
+deps:
+	@missing=""; for p in $(TEST_DEBS); do \
+		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+unit: build
+	cd $(BUILD) && ctest --output-on-failure
+
+pytest: build
+	cd tests/py && SMCLO_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -p no:cacheprovider
+
+test: deps
+	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory pytest
+
+bench: deps build
+	$(PYTHON) bench/run.py
+
+clean:
+	rm -rf $(BUILD)

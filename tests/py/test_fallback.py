@@ -1,0 +1,135 @@
+"""Fallback: whatever cannot be accelerated works over TCP, loses nothing,
+and names its reason."""
+import os
+import subprocess
+
+import pytest
+
+from conftest import PY, SMCLO, TESTBIN, free_port, wait_port
+
+PEER = os.path.join(os.path.dirname(__file__), "peer.py")
+
+
+def send_and_check(reg, port, nbytes=3 << 20, smclo=True, host="127.0.0.1", env=None):
+    cmd = [PY, PEER, "send", host, str(port), str(nbytes)]
+    if smclo:
+        r = reg.run(cmd, env=env or reg.env)
+    else:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "match", r.stdout + r.stderr
+
+
+def test_smclo_client_plain_server(reg, procs):
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo", "127.0.0.1", str(port)], reg.env, smclo=False)
+    wait_port(port, proc=srv)
+    send_and_check(reg, port)
+    st = reg.stats()
+    assert st["accelerated"] == 0
+    assert st["fallback_by_reason"]["peer-no-smclo"] == 1, st
+
+
+def test_plain_client_smclo_server(reg, procs):
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo", "127.0.0.1", str(port)], reg.env)
+    wait_port(port, proc=srv)
+    send_and_check(reg, port, smclo=False)
+    st = reg.stats()
+    assert st["accelerated"] == 0
+    assert st["fallback_by_reason"]["peer-no-smclo"] == 1, st
+
+
+def test_live_connection_listed_with_reason(reg, procs):
+    """`smclo stat` shows a fallback connection while it is open, with its reason."""
+    port = free_port()
+    srv = procs.start([PY, PEER, "sink", "127.0.0.1", str(port)], reg.env, smclo=False)
+    wait_port(port, proc=srv)
+    cli = procs.start([PY, "-c", "import socket,time; s=socket.create_connection(('127.0.0.1',%d));"
+                       "s.sendall(b'x'*1000); print('sent', flush=True); time.sleep(30)" % port],
+                      reg.env, text=True)
+    assert cli.stdout.readline().strip() == "sent"
+    conns = reg.stat()
+    mine = [c for c in conns if c["peer"] == "127.0.0.1:%d" % port]
+    assert len(mine) == 1, conns
+    assert mine[0]["mode"] == "tcp" and mine[0]["reason"] == "peer-no-smclo"
+    assert mine[0]["role"] == "client"
+
+
+def test_io_uring_peer_declines(reg, procs):
+    prog = TESTBIN / "iouring_peer"
+    assert prog.exists(), "iouring_peer not built: liburing-dev missing"
+    port = free_port()
+    srv = procs.start([str(prog), str(port)], reg.env)
+    wait_port(port, proc=srv)
+    send_and_check(reg, port)
+    srv.wait(timeout=10)
+    st = reg.stats()
+    assert st["accelerated"] == 0
+    # both ends say why: the server declined, the client heard the reason
+    assert st["fallback_by_reason"]["io-uring"] == 2, st
+
+
+@pytest.fixture
+def shared_dir():
+    """A registry directory every user can reach (pytest's own tmp is 0700)."""
+    import shutil
+    import tempfile
+    d = tempfile.mkdtemp(prefix="smclo-shared-", dir="/tmp")
+    os.chmod(d, 0o777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_different_user_declined_unless_allowed(shared_dir, procs):
+    """A shared registry, a server as root and a client as nobody."""
+    assert os.geteuid() == 0, "this test runs a second user and needs root (CI is root)"
+    from conftest import Registry
+    reg = Registry(shared_dir)
+    stress = str(TESTBIN / "stress")
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+    def round_trip(server_env, client_env, port):
+        srv = procs.start([stress, "server", str(port), "lt"], server_env)
+        wait_port(port, proc=srv)
+        r = subprocess.run(as_nobody + [SMCLO, "run", "--", stress, "client", str(port), "1", "3",
+                                        "5"], env=client_env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0 and "mismatches=0" in r.stdout, r.stdout + r.stderr
+        procs.stop(srv)
+
+    round_trip(reg.env, reg.env, free_port())
+    st = reg.stats()
+    assert st["accelerated"] == 0
+    # the server declines and the client hears why: both ends name the reason
+    assert st["fallback_by_reason"]["different-user"] == 6, st
+
+    # each side must allow the other
+    round_trip(dict(reg.env, SMCLO_ALLOW_UIDS="65534"), dict(reg.env, SMCLO_ALLOW_UIDS="0"),
+               free_port())
+    st = reg.stats()
+    assert st["accelerated_server"] == 3 and st["accelerated_client"] == 3, st
+
+
+def test_disable(reg, procs):
+    port = free_port()
+    env = dict(reg.env, SMCLO_DISABLE="1")
+    srv = procs.start([PY, PEER, "echo", "127.0.0.1", str(port)], env)
+    wait_port(port, proc=srv)
+    send_and_check(reg, port, env=env)
+    assert not (reg.path / "stats").exists() or reg.stats()["accelerated"] == 0
+    assert reg.entries("l") == []
+
+
+def test_bad_configuration_is_reported(reg):
+    env = dict(reg.env, SMCLO_WMEM="3k")
+    r = subprocess.run([SMCLO, "run", "--", "true"], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "SMCLO_WMEM=3k" in r.stderr, r.stderr
+    r = subprocess.run([SMCLO, "run", "-t", "100k", "--", "true"], env=reg.env,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "power of two" in r.stderr, r.stderr
+    r = subprocess.run([SMCLO, "frobnicate"], capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown command" in r.stderr
+    # set behind smclo run's back, the library says so and stays out of the way
+    env = dict(reg.env, LD_PRELOAD=str(TESTBIN.parent / "libsmclo.so"), SMCLO_HANDSHAKE_MS="x")
+    r = subprocess.run(["true"], env=env, capture_output=True, text=True)
+    assert "SMCLO_HANDSHAKE_MS=x" in r.stderr and "disabled" in r.stderr
