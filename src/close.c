@@ -105,13 +105,17 @@ int conn_shutdown(struct conn *c, int fd, int how)
 void conn_reset_for_exec(int fd, struct conn *c)
 {
 	/*
-	 * The new program has no smclo state for this descriptor: give it the
-	 * TCP socket, shut down, so it reads EOF and writes fail, instead of
-	 * doorbells it would misread.  Our own holder count drops as for close.
+	 * The new program has no smclo state for this descriptor, and would
+	 * misread doorbells.  Give it a fresh, unconnected TCP socket instead:
+	 * reads fail with ENOTCONN and writes with EPIPE, as on a reset
+	 * connection.  Only the descriptor changes: posix_spawn and Python run
+	 * this in a vfork child that shares our memory, so no state is touched,
+	 * and the parent's connection goes on unharmed.
 	 */
-	if (c->mode != MODE_SHM || c->tcp_fd < 0)
+	int s = sys_socket(c->domain == AF_INET6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+
+	if (s < 0)
 		return;
-	sys_shutdown(c->tcp_fd, SHUT_RDWR);
-	sys_dup3(c->tcp_fd, fd, 0);
-	conn_close_fd(fd);
+	sys_dup3(s, fd, 0);
+	sys_close(s);
 }

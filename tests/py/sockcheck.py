@@ -1,0 +1,290 @@
+"""Socket semantics under smclo, both ends accelerated.
+
+    sockcheck.py server PORT      scripted server (IPv4 and IPv6)
+    sockcheck.py client PORT      runs every check, prints "ok NAME" for each
+
+The client sends a command line on each new connection; the server obeys:
+ECHO (echo until EOF), SEND n, SLOW n (wait 0.3 s then send), CLOSE, SHA
+(read to EOF, answer the sha256).
+"""
+import errno
+import hashlib
+import os
+import select
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+AF_SMC = 43
+
+
+def serve_one(c):
+    f = b""
+    while not f.endswith(b"\n"):
+        d = c.recv(1)
+        if not d:
+            return c.close()
+        f += d
+    cmd = f.split()
+    if cmd[0] == b"ECHO":
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            c.sendall(d)
+        c.shutdown(socket.SHUT_WR)
+    elif cmd[0] in (b"SEND", b"SLOW"):
+        if cmd[0] == b"SLOW":
+            time.sleep(0.3)
+        c.sendall(b"a" * int(cmd[1]))
+        while c.recv(65536):
+            pass
+    elif cmd[0] == b"SHA":
+        h = hashlib.sha256()
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            h.update(d)
+        c.sendall(h.hexdigest().encode())
+    c.close()
+
+
+def server(port):
+    socks = []
+    for fam, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        s.listen(16)
+        socks.append(s)
+    print("ready", flush=True)
+    while True:
+        r, _, _ = select.select(socks, [], [])
+        for s in r:
+            c, _ = s.accept()
+            threading.Thread(target=serve_one, args=(c,), daemon=True).start()
+
+
+PORT = 0
+
+
+def dial(cmd, fam=socket.AF_INET, host="127.0.0.1", proto=0, before=None):
+    s = socket.socket(fam, socket.SOCK_STREAM, proto)
+    if before:
+        before(s)
+    s.connect((host, PORT))
+    s.sendall(cmd.encode() + b"\n")
+    return s
+
+
+def recv_exact(s, n, flags=0):
+    b = b""
+    while len(b) < n:
+        d = s.recv(n - len(b), flags)
+        assert d, "early EOF"
+        b += d
+    return b
+
+
+def check_identity():
+    s = dial("ECHO", before=lambda s: s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1))
+    assert s.getpeername() == ("127.0.0.1", PORT)
+    assert s.getsockname()[0] == "127.0.0.1" and s.getsockname()[1] > 0
+    assert s.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE) == socket.SOCK_STREAM
+    assert s.getsockopt(socket.SOL_SOCKET, socket.SO_PROTOCOL) == socket.IPPROTO_TCP
+    assert s.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN) == socket.AF_INET
+    assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1   # set before connect
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    assert s.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    assert s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) >= 1 << 20
+    assert s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+    assert stat.S_ISSOCK(os.fstat(s.fileno()).st_mode)
+    s.sendall(b"ping")
+    assert recv_exact(s, 4) == b"ping"
+    s.close()
+
+
+def check_recv_flags():
+    import fcntl
+    import termios
+    s = dial("SEND 1000")
+    select.select([s], [], [], 5)
+    deadline = time.time() + 2
+    n = 0
+    while time.time() < deadline:
+        n = struct.unpack("i", fcntl.ioctl(s, termios.FIONREAD, b"\0" * 4))[0]
+        if n == 1000:
+            break
+        time.sleep(0.01)
+    assert n == 1000, n
+    assert s.recv(10, socket.MSG_PEEK) == b"a" * 10
+    assert s.recv(10) == b"a" * 10
+    assert s.recv(990, socket.MSG_WAITALL) == b"a" * 990
+    try:
+        s.recv(10, socket.MSG_DONTWAIT)
+        raise AssertionError("MSG_DONTWAIT on an empty socket returned data")
+    except BlockingIOError:
+        pass
+    s.close()
+
+
+def check_rcvtimeo():
+    s = dial("SLOW 5")
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 100000))
+    t = time.time()
+    try:
+        s.recv(10)
+        raise AssertionError("recv returned before the data was sent")
+    except (BlockingIOError, socket.timeout):
+        pass
+    assert 0.05 < time.time() - t < 1.0
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 2, 0))
+    assert recv_exact(s, 5) == b"aaaaa"
+    s.close()
+
+
+def check_readiness():
+    s = dial("SLOW 5")
+    s.setblocking(False)
+    p = select.poll()
+    p.register(s, select.POLLIN)
+    assert p.poll(0) == []                       # nothing yet
+    assert p.poll(2000), "never readable"
+    ep = select.epoll()
+    ep.register(s.fileno(), select.EPOLLIN | select.EPOLLET | select.EPOLLRDHUP)
+    assert ep.poll(1)                            # data present: an edge on registration
+    assert s.recv(100) == b"aaaaa"
+    assert ep.poll(0.2) == []                    # drained: no new edge
+    r, w, _ = select.select([s], [s], [], 0)
+    assert r == [] and w == [s]                  # writable, not readable
+    s.shutdown(socket.SHUT_WR)                   # server sees EOF and closes
+    ev = ep.poll(2)
+    assert ev and ev[0][1] & (select.EPOLLRDHUP | select.EPOLLIN), ev
+    assert s.recv(10) == b""
+    s.close()
+
+
+def check_half_close_and_sendfile(tmpdir):
+    data = os.urandom(3 << 20)
+    s = dial("SHA")
+    s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+    assert s.recv(100).decode() == hashlib.sha256(data).hexdigest()
+    s.close()
+    path = os.path.join(tmpdir, "sendfile.bin")
+    with open(path, "wb") as f:
+        f.write(data)
+    s = dial("SHA")
+    with open(path, "rb") as f:
+        assert s.sendfile(f) == len(data)
+    s.shutdown(socket.SHUT_WR)
+    assert s.recv(100).decode() == hashlib.sha256(data).hexdigest()
+    s.close()
+
+
+def check_epipe():
+    s = dial("CLOSE")
+    assert s.recv(10) == b""
+    try:
+        for _ in range(100):
+            s.send(b"x" * 1000)
+        raise AssertionError("writes to a closed peer kept succeeding")
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    s.close()
+
+
+def check_ipv6_and_smc():
+    s = dial("ECHO", socket.AF_INET6, "::1")
+    assert s.getpeername()[:2] == ("::1", PORT)
+    s.sendall(b"six")
+    assert recv_exact(s, 3) == b"six"
+    s.close()
+    # what smc_run-style programs do: socket(AF_SMC, SOCK_STREAM, SMCPROTO_SMC) + sockaddr_in
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.socket(AF_SMC, socket.SOCK_STREAM, 0)
+    assert fd >= 0, os.strerror(ctypes.get_errno())
+    sin = struct.pack("=HH4s8x", socket.AF_INET, socket.htons(PORT), socket.inet_aton("127.0.0.1"))
+    assert libc.connect(fd, sin, len(sin)) == 0, os.strerror(ctypes.get_errno())
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0, fileno=fd)
+    assert s.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN) == AF_SMC
+    s.sendall(b"ECHO\nsmc")
+    assert recv_exact(s, 3) == b"smc"
+    s.close()
+
+
+def check_nonblocking_connect():
+    s = socket.socket()
+    s.setblocking(False)
+    rc = s.connect_ex(("127.0.0.1", PORT))
+    assert rc in (0, errno.EINPROGRESS), rc
+    ep = select.epoll()
+    ep.register(s.fileno(), select.EPOLLOUT | select.EPOLLIN)
+    assert ep.poll(2)
+    assert s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+    s.setblocking(True)
+    s.sendall(b"ECHO\nnb")
+    assert recv_exact(s, 2) == b"nb"
+    s.close()
+
+
+def check_fork_then_use():
+    s = dial("ECHO")
+    pid = os.fork()
+    if pid == 0:
+        s.sendall(b"A" * 100000)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    s.sendall(b"B" * 100000)
+    s.shutdown(socket.SHUT_WR)
+    got = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    assert got == b"A" * 100000 + b"B" * 100000
+    s.close()
+
+
+def check_exec_sees_eof():
+    s = dial("ECHO")
+    s.sendall(b"before")
+    assert recv_exact(s, 6) == b"before"
+    child = subprocess.run(
+        [sys.executable, "-c",
+         "import os,sys; fd=int(sys.argv[1]);\n"
+         "try:\n  d=os.read(fd, 100); print(repr(d))\n"
+         "except OSError as e:\n  print('error', e.errno)", str(s.fileno())],
+        pass_fds=[s.fileno()], capture_output=True, text=True, timeout=10)
+    assert child.stdout.strip() in ("b''",) or child.stdout.startswith("error"), child.stdout
+    s.sendall(b"after")                          # the parent's connection is untouched
+    assert recv_exact(s, 5) == b"after"
+    s.close()
+
+
+def client(port, tmpdir):
+    global PORT
+    PORT = port
+    checks = [check_identity, check_recv_flags, check_rcvtimeo, check_readiness,
+              lambda: check_half_close_and_sendfile(tmpdir), check_epipe, check_ipv6_and_smc,
+              check_nonblocking_connect, check_fork_then_use, check_exec_sees_eof]
+    names = ["identity", "recv_flags", "rcvtimeo", "readiness", "half_close_sendfile", "epipe",
+             "ipv6_smc", "nonblocking_connect", "fork_then_use", "exec_sees_eof"]
+    for name, fn in zip(names, checks):
+        fn()
+        print("ok", name, flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "server":
+        server(int(sys.argv[2]))
+    else:
+        client(int(sys.argv[2]), sys.argv[3])
