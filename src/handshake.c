@@ -836,6 +836,16 @@ int hs_accept(int lfd, int fd, int flags)
 
 /* ---- listeners ---------------------------------------------------------- */
 
+int hs_listen_bound(int fd)
+{
+	struct ep e;
+
+	if (sock_ep(fd, 0, &e) < 0 || e.port == 0)
+		return -1;
+	hs_listen(fd);
+	return (fd_flags(fd) & FDF_LISTENING) ? 0 : -1;
+}
+
 void hs_listen(int fd)
 {
 	struct ep e;
@@ -866,4 +876,5 @@ void hs_listener_closed(int fd)
 	/* the entry stays alive while a forked process still holds the lock */
 	if (lock >= 0)
 		sys_close(lock);
+	fd_set_flags(fd, fd_flags(fd) & ~FDF_LISTENING);
 }

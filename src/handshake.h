@@ -13,6 +13,8 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len);
 int hs_accept(int lfd, int fd, int flags);
 /* After listen() succeeded. */
 void hs_listen(int fd);
+/* Before listen() on a socket bound to a port: 0 if announced. */
+int hs_listen_bound(int fd);
 void hs_listener_closed(int fd);
 /* In a forked child. */
 void hs_after_fork(void);

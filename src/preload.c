@@ -180,10 +180,17 @@ EXPORT int accept(int lfd, struct sockaddr *sa, socklen_t *len)
 EXPORT int listen(int fd, int backlog)
 {
 	REAL(listen);
-	int rc = real_listen(fd, backlog);
+	int announce = smclo_active && !(fd_flags(fd) & FDF_LISTENING) && is_tcp_socket(fd);
+	int rc;
 
-	if (rc == 0 && smclo_active && !(fd_flags(fd) & FDF_LISTENING) && is_tcp_socket(fd))
-		hs_listen(fd);
+	/* announce a bound listener before it can accept, so an early client finds it */
+	if (announce && hs_listen_bound(fd) == 0)
+		announce = 0;
+	rc = real_listen(fd, backlog);
+	if (rc < 0 && (fd_flags(fd) & FDF_LISTENING))
+		hs_listener_closed(fd);         /* the entry dies with its lock */
+	else if (rc == 0 && announce)
+		hs_listen(fd);                  /* the kernel picked the port just now */
 	return rc;
 }
 

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -63,8 +64,13 @@ struct stats_totals *stats_totals_map(int dirfd)
 	return t;
 }
 
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
 struct stat_table *stats_table(int dirfd, char *name_out, size_t len)
 {
+	struct stat_table *t;
+
+	pthread_mutex_lock(&table_lock);   /* first connections of several threads race here */
 	if (!my_table) {
 		uint32_t rnd = 0;
 		int fd;
@@ -81,6 +87,7 @@ struct stat_table *stats_table(int dirfd, char *name_out, size_t len)
 			snprintf(path, sizeof(path), "c/%s", my_table_name);
 			unlinkat(dirfd, path, 0);
 			close(fd);
+			pthread_mutex_unlock(&table_lock);
 			return NULL;
 		}
 		my_table->magic = TABLE_MAGIC;
@@ -90,11 +97,15 @@ struct stat_table *stats_table(int dirfd, char *name_out, size_t len)
 	}
 	if (name_out)
 		snprintf(name_out, len, "%s", my_table_name);
-	return my_table;
+	t = my_table;
+	pthread_mutex_unlock(&table_lock);
+	return t;
 }
 
 void stats_forget_table(void)
 {
+	/* in a fork child: the lock may have been held by a thread that is gone */
+	pthread_mutex_init(&table_lock, NULL);
 	/*
 	 * The child keeps the parent's mapping and lock descriptor: slots of
 	 * connections it inherited stay where they are, and the parent's table
