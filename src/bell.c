@@ -36,7 +36,7 @@ static int bell_send_once(struct conn *c, int fd, int only_if_unread)
 		int e = errno;
 		atomic_store_explicit(&c->tx->bell_seq, seq, memory_order_seq_cst);
 		if (e == EPIPE || e == ECONNRESET)
-			atomic_fetch_or(&sh->flags, SH_PEER_GONE);
+			atomic_fetch_or(&sh->flags, SH_PEER_GONE | SH_PEER_SHUT);
 		return -e;
 	}
 	sh->bell_seq = seq + 1;
@@ -133,9 +133,14 @@ int bell_wait_writable(int fd, int dontwait)
 	return 0;
 }
 
-int peer_hung_up(int fd)
+uint32_t peer_hangup_flags(int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
 
-	return sys_poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR));
+	if (sys_poll(&p, 1, 0) != 1)
+		return 0;
+	/* a half-close ends only what we read; a hang-up ends both directions */
+	if (p.revents & (POLLHUP | POLLERR))
+		return SH_PEER_GONE | SH_PEER_SHUT;
+	return (p.revents & POLLRDHUP) ? SH_PEER_SHUT : 0;
 }

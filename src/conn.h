@@ -28,7 +28,8 @@
 #define SH_SHUT_RD   1u
 #define SH_SHUT_WR   2u
 #define SH_BROKEN    4u     /* the peer broke the protocol: reset */
-#define SH_PEER_GONE 8u     /* the doorbell socket reported the peer gone */
+#define SH_PEER_GONE 8u     /* the doorbell socket hung up: the peer is gone */
+#define SH_PEER_SHUT 16u    /* the peer shut down its sending side (half-close) */
 
 struct conn_shared {
 	pthread_mutex_t tx_lock;        /* robust, process-shared */

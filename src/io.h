@@ -30,7 +30,8 @@ void bell_fill(struct conn *c, int fd);
 /* Block until the peer drains doorbells (0), or -errno; honours SO_SNDTIMEO. */
 int bell_wait_writable(int fd, int dontwait);
 void bell_drain(struct conn *c, int fd, int keep_one);
-int peer_hung_up(int fd);
+/* SH_PEER_GONE and/or SH_PEER_SHUT as the doorbell socket reports them now. */
+uint32_t peer_hangup_flags(int fd);
 
 /* tx.c */
 ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);

@@ -90,7 +90,7 @@ static int rx_end_state(struct conn *c, uint32_t peer_flags)
 	if (atomic_load(&c->sh->flags) & SH_BROKEN || peer_flags & RING_F_ABORT)
 		return -ECONNRESET;
 	if (peer_flags & (RING_F_SHUTDOWN | RING_F_CLOSED) ||
-	    atomic_load(&c->sh->flags) & (SH_SHUT_RD | SH_PEER_GONE))
+	    atomic_load(&c->sh->flags) & (SH_SHUT_RD | SH_PEER_SHUT))
 		return 1;       /* end of stream */
 	return 0;
 }
@@ -118,8 +118,9 @@ static int rx_wait(struct conn *c, int fd, int dontwait)
 	/* a message is queued, or the peer hung up */
 	if (atomic_load_explicit(&c->rx->bell_seq, memory_order_acquire) != sh->bells_drained)
 		return 0;
-	if (peer_hung_up(fd)) {
-		atomic_fetch_or(&sh->flags, SH_PEER_GONE);
+	uint32_t hup = peer_hangup_flags(fd);
+	if (hup) {
+		atomic_fetch_or(&sh->flags, hup);
 		return 1;
 	}
 	sched_yield();          /* a doorbell sent but not yet counted: brief */

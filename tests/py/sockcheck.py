@@ -43,6 +43,12 @@ def serve_one(c):
         c.sendall(b"a" * int(cmd[1]))
         while c.recv(65536):
             pass
+    elif cmd[0] == b"HALF":
+        # wait in recv while the client half-closes, then answer at length
+        while c.recv(65536):
+            pass
+        time.sleep(0.2)
+        c.sendall(b"h" * int(cmd[1]))
     elif cmd[0] == b"SHA":
         h = hashlib.sha256()
         while True:
@@ -188,6 +194,22 @@ def check_half_close_and_sendfile(tmpdir):
     s.close()
 
 
+def check_half_close_then_answer():
+    """A half-close ends only the client's direction: the server, which was
+    blocked reading when it came, can still send everything back."""
+    s = dial("HALF 3000000")
+    time.sleep(0.3)
+    s.shutdown(socket.SHUT_WR)
+    got = 0
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += len(d)
+    assert got == 3000000, got
+    s.close()
+
+
 def check_epipe():
     s = dial("CLOSE")
     assert s.recv(10) == b""
@@ -274,9 +296,11 @@ def client(port, tmpdir):
     global PORT
     PORT = port
     checks = [check_identity, check_recv_flags, check_rcvtimeo, check_readiness,
-              lambda: check_half_close_and_sendfile(tmpdir), check_epipe, check_ipv6_and_smc,
+              lambda: check_half_close_and_sendfile(tmpdir), check_half_close_then_answer,
+              check_epipe, check_ipv6_and_smc,
               check_nonblocking_connect, check_fork_then_use, check_exec_sees_eof]
-    names = ["identity", "recv_flags", "rcvtimeo", "readiness", "half_close_sendfile", "epipe",
+    names = ["identity", "recv_flags", "rcvtimeo", "readiness", "half_close_sendfile",
+             "half_close_then_answer", "epipe",
              "ipv6_smc", "nonblocking_connect", "fork_then_use", "exec_sees_eof"]
     for name, fn in zip(names, checks):
         fn()
