@@ -96,10 +96,9 @@ void bell_drain(struct conn *c, int fd, int keep_one)
 		n = sys_recv(fd, &b, 1, MSG_DONTWAIT);
 		if (n < 0 && errno == EAGAIN) {
 			/* counted but not arrived: being sent right now, or taken back */
-			if (keep_one || ++in_flight_waits > 2000)
+			if (keep_one || ++in_flight_waits > 200)
 				break;
-			if (in_flight_waits > 20)
-				sched_yield();
+			__builtin_ia32_pause();
 			continue;
 		}
 		if (n != 0) {

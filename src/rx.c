@@ -10,6 +10,7 @@
 #include "io.h"
 
 #include "log.h"
+#include "spin.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -105,6 +106,9 @@ static int rx_wait(struct conn *c, int fd, int dontwait)
 	char b;
 	ssize_t n;
 
+	/* a blocking reader watches the ring before it sleeps (spin.h) */
+	if (!dontwait && spin_for_change(fd, &c->rx->prod, sh->cons, &c->rx->flags))
+		return 0;
 	sh_unlock(&sh->rx_lock);
 	n = sys_recv(fd, &b, 1, MSG_PEEK | (dontwait ? MSG_DONTWAIT : 0));
 	int err = errno;

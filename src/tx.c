@@ -7,6 +7,7 @@
  */
 #include "io.h"
 
+#include "spin.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -49,7 +50,7 @@ static int tx_error(struct conn *c)
 static long tx_space(struct conn *c, int fd, int dontwait)
 {
 	struct conn_shared *sh = c->sh;
-	int filled = 0;
+	int filled = 0, spun = 0;
 
 	for (;;) {
 		uint64_t pc;
@@ -65,6 +66,11 @@ static long tx_space(struct conn *c, int fd, int dontwait)
 			if (atomic_load_explicit(&c->tx->write_blocked, memory_order_relaxed))
 				atomic_store(&c->tx->write_blocked, 0);
 			return space;
+		}
+		if (!filled && !spun && !dontwait) {
+			spun = 1;
+			if (spin_for_change(fd, &c->rx->cons, sh->peer_cons_seen, &c->rx->flags))
+				continue;       /* the reader made room while we watched */
 		}
 		if (!atomic_load_explicit(&c->tx->write_blocked, memory_order_relaxed)) {
 			/* ask the reader to report progress, then look once more */
