@@ -159,47 +159,46 @@ static int addr_matches(const struct listener_name *l, const struct ep *dst)
 	return !ep_is_v4(dst) || !(l->flags & LISTEN_F_V6ONLY);
 }
 
+struct find_state {
+	const struct ep *dst;
+	uint64_t my_netns;
+	enum listener_match best;
+};
+
+static int match_listener(int dirfd, const char *sub, const char *name, void *arg)
+{
+	struct find_state *f = arg;
+	struct listener_name l;
+	enum listener_match m;
+
+	if (parse_listener_name(name, &l) < 0 || l.port != f->dst->port)
+		return 0;
+	if (!addr_matches(&l, f->dst))
+		m = LM_ELSEWHERE;
+	else if (l.netns == f->my_netns)
+		m = (l.flags & LISTEN_F_DEFER) ? LM_DEFER : LM_SAME_NETNS;
+	else if (ep_is_loopback(f->dst))
+		m = LM_ELSEWHERE;   /* loopback never leaves our namespace */
+	else
+		m = (l.flags & LISTEN_F_DEFER) ? LM_DEFER : LM_OTHER_NETNS;
+	if (m <= f->best)
+		return 0;
+	if (m >= LM_DEFER && registry_is_locked(dirfd, sub, name) != 1) {
+		char path[300];
+		snprintf(path, sizeof(path), "%s/%s", sub, name);
+		unlinkat(dirfd, path, 0);   /* its owner is gone */
+		return 0;
+	}
+	f->best = m;
+	return m == LM_SAME_NETNS;          /* cannot do better */
+}
+
 enum listener_match registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns)
 {
-	enum listener_match best = LM_NONE;
-	char prefix[16];
-	struct dirent *de;
-	size_t plen;
-	DIR *d;
-	int fd = openat(dirfd, "l", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+	struct find_state f = { .dst = dst, .my_netns = my_netns, .best = LM_NONE };
 
-	if (fd < 0 || !(d = fdopendir(fd))) {
-		if (fd >= 0)
-			close(fd);
-		return LM_NONE;
-	}
-	plen = (size_t)snprintf(prefix, sizeof(prefix), "%u.", dst->port);
-	while ((de = readdir(d)) != NULL && best < LM_SAME_NETNS) {
-		struct listener_name l;
-		enum listener_match m;
-
-		if (strncmp(de->d_name, prefix, plen) || parse_listener_name(de->d_name, &l) < 0)
-			continue;
-		if (!addr_matches(&l, dst))
-			m = LM_ELSEWHERE;
-		else if (l.netns == my_netns)
-			m = (l.flags & LISTEN_F_DEFER) ? LM_DEFER : LM_SAME_NETNS;
-		else if (ep_is_loopback(dst))
-			m = LM_ELSEWHERE;   /* loopback never leaves our namespace */
-		else
-			m = (l.flags & LISTEN_F_DEFER) ? LM_DEFER : LM_OTHER_NETNS;
-		if (m <= best)
-			continue;
-		if (m >= LM_DEFER && registry_is_locked(dirfd, "l", de->d_name) != 1) {
-			char path[300];
-			snprintf(path, sizeof(path), "l/%s", de->d_name);
-			unlinkat(dirfd, path, 0);   /* its owner is gone */
-			continue;
-		}
-		best = m;
-	}
-	closedir(d);
-	return best;
+	registry_for_each(dirfd, "l", match_listener, &f);
+	return f.best;
 }
 
 void registry_proposal_key(char *out, size_t len, const struct ep *dst, uint16_t src_port)
@@ -317,7 +316,7 @@ int registry_sun_path(int dirfd, const char *sub, const char *name, char *out, s
 	return (n > 0 && (size_t)n < len) ? 0 : -1;
 }
 
-static void gc_dir(int dirfd, const char *sub, int (*dead)(int, const char *, const char *))
+void registry_for_each(int dirfd, const char *sub, registry_visit_fn fn, void *arg)
 {
 	int fd = openat(dirfd, sub, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
 	struct dirent *de;
@@ -329,16 +328,30 @@ static void gc_dir(int dirfd, const char *sub, int (*dead)(int, const char *, co
 		return;
 	}
 	while ((de = readdir(d)) != NULL) {
-		char path[300];
-		if (de->d_name[0] == '.' && (de->d_name[1] == '\0' ||
-		    (de->d_name[1] == '.' && de->d_name[2] == '\0')))
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		if (!dead(dirfd, sub, de->d_name))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", sub, de->d_name);
-		unlinkat(dirfd, path, 0);
+		if (fn(dirfd, sub, de->d_name, arg))
+			break;
 	}
 	closedir(d);
+}
+
+/* GC visitor: @arg is the "is this entry dead?" test. */
+static int remove_if_dead(int dirfd, const char *sub, const char *name, void *arg)
+{
+	int (*dead)(int, const char *, const char *) = arg;
+	char path[300];
+
+	if (dead(dirfd, sub, name)) {
+		snprintf(path, sizeof(path), "%s/%s", sub, name);
+		unlinkat(dirfd, path, 0);
+	}
+	return 0;
+}
+
+static void gc_dir(int dirfd, const char *sub, int (*dead)(int, const char *, const char *))
+{
+	registry_for_each(dirfd, sub, remove_if_dead, (void *)dead);
 }
 
 static int lock_dead(int dirfd, const char *sub, const char *name)

@@ -68,6 +68,10 @@ void registry_proposal_cleanup(int dirfd, const char *key);     /* unlink final 
 /* "/proc/self/fd/<dirfd>/<sub>/<name>", short enough for sun_path. */
 int registry_sun_path(int dirfd, const char *sub, const char *name, char *out, size_t len);
 
+/* Call @fn for each entry of @sub ("." and ".." skipped) until it returns non-zero. */
+typedef int (*registry_visit_fn)(int dirfd, const char *sub, const char *name, void *arg);
+void registry_for_each(int dirfd, const char *sub, registry_visit_fn fn, void *arg);
+
 /* Remove entries of dead owners and stale proposals. */
 void registry_gc(int dirfd);
 

@@ -5,7 +5,6 @@
 
 #include "registry.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -179,77 +178,73 @@ static int is_table_name(const char *n)
 	return n[0] != '.';
 }
 
+static int fold_if_dead(int dirfd, const char *sub, const char *name, void *arg)
+{
+	struct stats_totals *tot = arg;
+	char from[300], to[300];
+	struct stat_table *t;
+	int tfd;
+
+	if (!is_table_name(name) || registry_is_locked(dirfd, sub, name) != 0)
+		return 0;
+	snprintf(from, sizeof(from), "%s/%s", sub, name);
+	snprintf(to, sizeof(to), "%s/.dead.%d.%s", sub, (int)getpid(), name);
+	if (renameat(dirfd, from, dirfd, to) < 0)
+		return 0;   /* someone else is folding it */
+	tfd = openat(dirfd, to, O_RDWR | O_CLOEXEC);
+	t = tfd >= 0 ? map_file(tfd, sizeof(*t)) : NULL;
+	if (t && t->magic == TABLE_MAGIC)
+		for (uint32_t i = 0; i < TABLE_SLOTS; i++)
+			if (atomic_load(&t->slots[i].in_use))
+				fold(tot, &t->slots[i]);
+	if (t)
+		munmap(t, sizeof(*t));
+	if (tfd >= 0)
+		close(tfd);
+	unlinkat(dirfd, to, 0);
+	return 0;
+}
+
 void stats_collect_dead(int dirfd, struct stats_totals *tot)
 {
-	int fd = openat(dirfd, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
-	struct dirent *de;
-	DIR *d;
+	registry_for_each(dirfd, "c", fold_if_dead, tot);
+}
 
-	if (fd < 0 || !(d = fdopendir(fd))) {
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	while ((de = readdir(d)) != NULL) {
-		char from[300], to[300];
-		struct stat_table *t;
-		int tfd;
+struct visit {
+	void (*fn)(const struct stat_slot *, void *);
+	void *arg;
+};
 
-		if (!is_table_name(de->d_name) || registry_is_locked(dirfd, "c", de->d_name) != 0)
-			continue;
-		snprintf(from, sizeof(from), "c/%s", de->d_name);
-		snprintf(to, sizeof(to), "c/.dead.%d.%s", (int)getpid(), de->d_name);
-		if (renameat(dirfd, from, dirfd, to) < 0)
-			continue;   /* someone else is folding it */
-		tfd = openat(dirfd, to, O_RDWR | O_CLOEXEC);
-		t = tfd >= 0 ? map_file(tfd, sizeof(*t)) : NULL;
-		if (t && t->magic == TABLE_MAGIC) {
-			for (uint32_t i = 0; i < TABLE_SLOTS; i++)
-				if (atomic_load(&t->slots[i].in_use))
-					fold(tot, &t->slots[i]);
-		}
-		if (t)
-			munmap(t, sizeof(*t));
-		if (tfd >= 0)
-			close(tfd);
-		unlinkat(dirfd, to, 0);
-	}
-	closedir(d);
+static int visit_table(int dirfd, const char *sub, const char *name, void *arg)
+{
+	struct visit *v = arg;
+	char path[300];
+	struct stat_table *t;
+	int tfd;
+
+	if (!is_table_name(name))
+		return 0;
+	snprintf(path, sizeof(path), "%s/%s", sub, name);
+	tfd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+	if (tfd < 0)
+		return 0;
+	t = mmap(NULL, sizeof(*t), PROT_READ, MAP_SHARED, tfd, 0);
+	close(tfd);
+	if (t == MAP_FAILED)
+		return 0;
+	if (t->magic == TABLE_MAGIC)
+		for (uint32_t i = 0; i < TABLE_SLOTS; i++)
+			if (atomic_load(&t->slots[i].in_use))
+				v->fn(&t->slots[i], v->arg);
+	munmap(t, sizeof(*t));
+	return 0;
 }
 
 void stats_for_each(int dirfd, void (*fn)(const struct stat_slot *, void *), void *arg)
 {
-	int fd = openat(dirfd, "c", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
-	struct dirent *de;
-	DIR *d;
+	struct visit v = { fn, arg };
 
-	if (fd < 0 || !(d = fdopendir(fd))) {
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	while ((de = readdir(d)) != NULL) {
-		char path[300];
-		struct stat_table *t;
-		int tfd;
-
-		if (!is_table_name(de->d_name))
-			continue;
-		snprintf(path, sizeof(path), "c/%s", de->d_name);
-		tfd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
-		if (tfd < 0)
-			continue;
-		t = mmap(NULL, sizeof(*t), PROT_READ, MAP_SHARED, tfd, 0);
-		close(tfd);
-		if (t == MAP_FAILED)
-			continue;
-		if (t->magic == TABLE_MAGIC)
-			for (uint32_t i = 0; i < TABLE_SLOTS; i++)
-				if (atomic_load(&t->slots[i].in_use))
-					fn(&t->slots[i], arg);
-		munmap(t, sizeof(*t));
-	}
-	closedir(d);
+	registry_for_each(dirfd, "c", visit_table, &v);
 }
 
 void stats_reset(struct stats_totals *tot)
