@@ -681,6 +681,7 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		return -1;
 	}
 	client_restore_reuse(&cl);
+	sock_ep(fd, 0, &cl.src);        /* the address the route chose, now known */
 	reason = client_wait_answer(&cl, &acc, fds, &s);
 	if (reason == R_NONE)
 		reason = acc.hdr.type == CLC_DECLINE ? (int)acc.decline.reason :

@@ -61,23 +61,27 @@ static void print_slot(const struct stat_slot *s, void *arg)
 	ep_format(&s->local, l, sizeof(l));
 	ep_format(&s->peer, p, sizeof(p));
 	if (o->json) {
+		/* bytes are counted on the shared-memory path only; TCP ones pass straight through */
 		printf("%s\n    {\"pid\": %d, \"fd\": %d, \"role\": \"%s\", \"local\": \"%s\", "
 		       "\"peer\": \"%s\", \"mode\": \"%s\", \"reason\": \"%s\", "
-		       "\"reason_text\": \"%s\", \"tx_bytes\": %llu, \"rx_bytes\": %llu, "
+		       "\"reason_text\": \"%s\", \"tx_bytes\": %lld, \"rx_bytes\": %lld, "
 		       "\"tx_ring\": %u, \"rx_ring\": %u, \"tx_fill\": %u, \"rx_fill\": %u}",
 		       o->n ? "," : "", s->pid, s->fd, role, l, p, mode,
 		       s->mode == MODE_TCP ? reason_id(s->reason) : "",
 		       s->mode == MODE_TCP ? reason_text(s->reason) : "",
-		       (unsigned long long)s->tx_bytes, (unsigned long long)s->rx_bytes,
+		       s->mode == MODE_SHM ? (long long)s->tx_bytes : -1LL,
+		       s->mode == MODE_SHM ? (long long)s->rx_bytes : -1LL,
 		       s->tx_ring, s->rx_ring, s->tx_fill, s->rx_fill);
 	} else {
-		char ring[32] = "-";
-		if (s->mode == MODE_SHM)
+		char ring[32] = "-", tx[24] = "-", rx[24] = "-", fill[16] = "-";
+		if (s->mode == MODE_SHM) {
 			snprintf(ring, sizeof(ring), "%uk/%uk", s->tx_ring >> 10, s->rx_ring >> 10);
-		printf("%-7d %-4d %-6s %-22s %-22s %-4s %12llu %12llu %-11s %-9u %s\n",
-		       s->pid, s->fd, role, l, p, mode,
-		       (unsigned long long)s->tx_bytes, (unsigned long long)s->rx_bytes,
-		       ring, s->rx_fill,
+			snprintf(tx, sizeof(tx), "%llu", (unsigned long long)s->tx_bytes);
+			snprintf(rx, sizeof(rx), "%llu", (unsigned long long)s->rx_bytes);
+			snprintf(fill, sizeof(fill), "%u", s->rx_fill);
+		}
+		printf("%-7d %-4d %-6s %-22s %-22s %-4s %12s %12s %-11s %-9s %s\n",
+		       s->pid, s->fd, role, l, p, mode, tx, rx, ring, fill,
 		       s->mode == MODE_TCP ? reason_text(s->reason) : "");
 	}
 	o->n++;
@@ -149,7 +153,8 @@ int cmd_stats(int argc, char **argv)
 		if (t->fallback[r])
 			printf("  %-32s %llu\n", reason_text(r), (unsigned long long)t->fallback[r]);
 	printf("handshake errors            %llu\n", (unsigned long long)t->handshake_errors);
-	printf("bytes sent (closed conns)   %llu\n", (unsigned long long)t->tx_bytes);
-	printf("bytes received              %llu\n", (unsigned long long)t->rx_bytes);
+	printf("bytes sent through shm      %llu   (connections closed so far)\n",
+	       (unsigned long long)t->tx_bytes);
+	printf("bytes received through shm  %llu\n", (unsigned long long)t->rx_bytes);
 	return 0;
 }

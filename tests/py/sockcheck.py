@@ -210,6 +210,31 @@ def check_half_close_then_answer():
     s.close()
 
 
+def check_signal_interrupts_recv():
+    """A blocked recv on a quiet accelerated socket is interrupted by a signal."""
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupted()
+    old = signal.signal(signal.SIGALRM, handler)
+    s = dial("SEND 0")
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    t = time.time()
+    try:
+        s.recv(10)
+        raise AssertionError("recv returned without data")
+    except Interrupted:
+        pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert time.time() - t < 2
+    s.close()
+
+
 def check_epipe():
     s = dial("CLOSE")
     assert s.recv(10) == b""
@@ -297,10 +322,10 @@ def client(port, tmpdir):
     PORT = port
     checks = [check_identity, check_recv_flags, check_rcvtimeo, check_readiness,
               lambda: check_half_close_and_sendfile(tmpdir), check_half_close_then_answer,
-              check_epipe, check_ipv6_and_smc,
+              check_signal_interrupts_recv, check_epipe, check_ipv6_and_smc,
               check_nonblocking_connect, check_fork_then_use, check_exec_sees_eof]
     names = ["identity", "recv_flags", "rcvtimeo", "readiness", "half_close_sendfile",
-             "half_close_then_answer", "epipe",
+             "half_close_then_answer", "signal_interrupts_recv", "epipe",
              "ipv6_smc", "nonblocking_connect", "fork_then_use", "exec_sees_eof"]
     for name, fn in zip(names, checks):
         fn()
