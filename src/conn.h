@@ -66,8 +66,7 @@ struct conn {
 #define FDF_TCP        1u   /* an AF_INET/AF_INET6 stream socket we saw created */
 #define FDF_SMC        2u   /* created as AF_SMC */
 #define FDF_LISTENING  4u   /* registered as a listener */
-#define FDF_DEFER      8u   /* TCP_DEFER_ACCEPT set */
-#define FDF_KNOWN     16u   /* flags above are authoritative */
+#define FDF_KNOWN      8u   /* flags above are authoritative */
 
 /* Library-wide state set up by the constructor. */
 extern int smclo_active;       /* 0: pass everything through */

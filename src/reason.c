@@ -23,7 +23,6 @@ static const struct {
 	[R_NO_PORT]         = { "no-port", "no ephemeral port for the proposal" },
 	[R_NO_REGISTRY]     = { "no-registry", "registry directory unusable" },
 	[R_CROSS_NETNS_OFF] = { "cross-netns-off", "cross-namespace acceleration disabled" },
-	[R_SOCKET_STATE]    = { "socket-state", "socket state not supported" },
 };
 
 const char *reason_id(int r)

@@ -25,7 +25,6 @@ enum smclo_reason {
 	R_NO_PORT,             /* no ephemeral port could be reserved for the proposal */
 	R_NO_REGISTRY,         /* the registry directory is unusable */
 	R_CROSS_NETNS_OFF,     /* peer in another namespace and SMCLO_CROSS_NETNS=0 */
-	R_SOCKET_STATE,        /* the socket was bound or configured in a way smclo does not handle */
 	R_COUNT
 };
 

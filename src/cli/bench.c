@@ -172,7 +172,7 @@ static int free_port(void)
 	return port;
 }
 
-/* Start "smclo __bench-worker ARGS" with @env_mode; returns its stdout. */
+/* Start "smclo __bench-worker ARGS", preloaded when @smclo; returns its stdout. */
 static FILE *spawn(const char *self, const char *lib, const char *regdir, int smclo,
                    char *const args[], pid_t *pid)
 {
@@ -219,7 +219,7 @@ static int one_run(const char *self, const char *lib, const char *regdir, int sm
 	char port[16], sz[32], secs[32];
 	pid_t sp, cp;
 	FILE *so, *co;
-	double scpu = 0, ready;
+	double scpu = 0;
 	int st1 = 0, st2 = 0;
 
 	snprintf(port, sizeof(port), "%d", free_port());
@@ -234,7 +234,6 @@ static int one_run(const char *self, const char *lib, const char *regdir, int sm
 		return -1;
 	}
 	co = spawn(self, lib, regdir, smclo, cargs, &cp);
-	(void)ready;
 	if (!co || read_field(co, "value", &r->value) < 0 || read_field(co, "cpu", &r->cpu) < 0) {
 		fprintf(stderr, "smclo bench: the client worker failed\n");
 		kill(sp, SIGKILL);
@@ -284,10 +283,9 @@ int cmd_bench(int argc, char **argv)
 	}
 	if (seconds <= 0 || seconds > 60 || runs < 1 || runs > 50 || msg < 1 || msg > (1 << 20))
 		return usage_error("bench: --seconds 0..60, --runs 1..50, --size 1..1048576");
-	if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0 || self_dir(lib, sizeof(lib) - 16) < 0)
-		return usage_error("bench: cannot find my own location");
-	self[sizeof(self) - 1] = '\0';
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0 || self_dir(lib, sizeof(lib) - 16) < 0)
+		return usage_error("bench: cannot find my own location");
 	self[n] = '\0';
 	strcat(lib, "/libsmclo.so");
 	if (access(lib, R_OK) != 0)
@@ -295,9 +293,9 @@ int cmd_bench(int argc, char **argv)
 	if (!mkdtemp(regdir))
 		return usage_error("bench: cannot create a registry directory: %m");
 
-	static const struct { const char *test, *label, *unit; int higher_better; } tests[] = {
-		{ "pingpong", "ping-pong latency", "us", 0 },
-		{ "stream", "stream bandwidth (64 KiB writes)", "MB/s", 1 },
+	static const struct { const char *test, *label, *unit; } tests[] = {
+		{ "pingpong", "ping-pong latency", "us" },
+		{ "stream", "stream bandwidth (64 KiB writes)", "MB/s" },
 	};
 	printf("smclo bench: %d interleaved runs of %.1f s each, median; message %zu B\n\n",
 	       runs, seconds, msg);
@@ -314,10 +312,7 @@ int cmd_bench(int argc, char **argv)
 				cpu[mode][r] = res.cpu;
 			}
 		double tcp = median(val[0], runs), shm = median(val[1], runs);
-		char label[64];
-		snprintf(label, sizeof(label), "%s%s", tests[t].label,
-		         t == 0 ? "" : "");
-		printf("%-34s %10.2f %-3s %10.2f %-3s %7.2fx   %.2f -> %.2f\n", label, tcp,
+		printf("%-34s %10.2f %-4s %10.2f %-4s %7.2fx   %.2f -> %.2f\n", tests[t].label, tcp,
 		       tests[t].unit, shm, tests[t].unit, shm / tcp,
 		       median(cpu[0], runs), median(cpu[1], runs));
 	}
