@@ -6,6 +6,8 @@
 #include "sys.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +17,38 @@ static long long mono_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/*
+ * Are there more runnable tasks than CPUs?  Then a spinning waiter only
+ * steals time from the peer it waits for.  The kernel's count of running
+ * tasks (/proc/loadavg, 4th field) is read at most every 50 ms.
+ */
+static int cores_oversubscribed(long long now, int ncpu)
+{
+	static _Atomic long long checked_at;
+	static _Atomic int busy;
+	char buf[128], *slash;
+	ssize_t n;
+	int fd;
+
+	if (now - atomic_load_explicit(&checked_at, memory_order_relaxed) < 50000000LL)
+		return atomic_load_explicit(&busy, memory_order_relaxed);
+	atomic_store(&checked_at, now);
+	fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = sys_read(fd, buf, sizeof(buf) - 1);
+	sys_close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	slash = strchr(buf, '/');
+	while (slash && slash > buf && slash[-1] != ' ')
+		slash--;
+	/* "running/total": the running count includes us */
+	atomic_store(&busy, slash && atoi(slash) > ncpu);
+	return atomic_load(&busy);
 }
 
 int spin_for_change(int fd, const _Atomic uint64_t *word, uint64_t seen,
@@ -27,7 +61,10 @@ int spin_for_change(int fd, const _Atomic uint64_t *word, uint64_t seen,
 		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (ncpu < 2 || (sys_fcntl(fd, F_GETFL, 0) & O_NONBLOCK))
 		return 0;
-	until = mono_ns() + SPIN_NS;
+	until = mono_ns();
+	if (cores_oversubscribed(until, ncpu))
+		return 0;
+	until += SPIN_NS;
 	do {
 		/* clock_gettime is a vDSO call, still worth amortising */
 		for (int i = 0; i < 64; i++) {

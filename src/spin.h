@@ -5,8 +5,9 @@
  * kernel costs 10-15 us, far more than the copy a reader or writer is usually
  * waiting for.  So a blocking reader (or a writer facing a full ring) watches
  * the ring for up to SPIN_NS first.  Doorbells are still sent, so readiness
- * stays exact; they just need not wake anybody.  Never on a single CPU and
- * never for a non-blocking descriptor, which must return at once.
+ * stays exact; they just need not wake anybody.  Never on a single CPU, never
+ * for a non-blocking descriptor (which must return at once), and never while
+ * more tasks are runnable than there are CPUs.
  */
 #ifndef SMCLO_SPIN_H
 #define SMCLO_SPIN_H
