@@ -46,7 +46,9 @@ test: deps
 	@$(MAKE) --no-print-directory pytest
 
 bench: deps build
-	$(PYTHON) bench/run.py
+	@dpkg -s python3-matplotlib >/dev/null 2>&1 || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-matplotlib >/dev/null; }
+	/usr/bin/python3 bench/run.py
 
 clean:
 	rm -rf $(BUILD)

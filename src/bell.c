@@ -65,10 +65,16 @@ void bell_after_produce(struct conn *c, int fd)
 	bell_send_once(c, fd, 1);
 }
 
+/*
+ * The doorbell socket's send buffer (SIDE_SNDBUF) leaves the descriptor
+ * writable with up to 4 doorbells queued; 6 make it unwritable with one to
+ * spare.  More would only be more system calls for the reader to undo.
+ */
+#define FILL_TARGET 6
+
 void bell_fill(struct conn *c, int fd)
 {
-	/* stops at EAGAIN (socket buffer full: descriptor unwritable) or at the log size */
-	while (bells_outstanding(c) < BELL_LOG - 1 && bell_send_once(c, fd, 0) == 0)
+	while (bells_outstanding(c) < FILL_TARGET && bell_send_once(c, fd, 0) == 0)
 		;
 }
 

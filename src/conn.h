@@ -37,6 +37,7 @@ struct conn_shared {
 	uint64_t prod;                  /* bytes we produced (authoritative copy) */
 	uint64_t cons;                  /* bytes we consumed from the peer */
 	uint64_t cons_pub;              /* last cons published to our region */
+	uint64_t cons_woke;             /* cons when we last woke a blocked writer */
 	uint64_t peer_prod_seen;        /* last validated peer producer cursor */
 	uint64_t peer_cons_seen;        /* last validated peer consumer cursor */
 	uint64_t bell_seq;              /* doorbells we sent */

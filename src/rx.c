@@ -56,9 +56,12 @@ static void after_consume(struct conn *c, int fd, uint64_t prod)
 		publish_cons(c);
 		if (rx_peer_prod(c, &again) == 0 && again == sh->cons)
 			bell_drain(c, fd, 0);   /* empty: stale doorbells go */
-	} else if (writer_blocked) {
+	} else if (writer_blocked && sh->cons - sh->cons_woke >= c->rx_size / 4) {
+		/* wake a blocked writer only for real room, as the kernel does:
+		 * waking it for every small read costs a doorbell storm */
 		publish_cons(c);
 		bell_drain(c, fd, 1);           /* wake the writer, stay readable */
+		sh->cons_woke = sh->cons;
 	} else if (sh->cons - sh->cons_pub >= c->rx_size / 10) {
 		publish_cons(c);                /* the kernel's 10% rule */
 	}

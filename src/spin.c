@@ -46,8 +46,11 @@ static int cores_oversubscribed(long long now, int ncpu)
 	slash = strchr(buf, '/');
 	while (slash && slash > buf && slash[-1] != ' ')
 		slash--;
-	/* "running/total": the running count includes us */
-	atomic_store(&busy, slash && atoi(slash) > ncpu);
+	/*
+	 * "running/total".  The count includes us, and a sampled instant often
+	 * catches one passing task; only a clear surplus stops the spin.
+	 */
+	atomic_store(&busy, slash && atoi(slash) > ncpu + 1);
 	return atomic_load(&busy);
 }
 

@@ -81,6 +81,15 @@ static int worker_server(int port, const char *test, size_t size)
 	}
 	printf("ready\n");
 	fflush(stdout);
+	if (!strcmp(test, "connect")) {
+		/* one short request/response per connection, until killed */
+		for (;;) {
+			c = accept(l, NULL, NULL);
+			if (c >= 0 && full_io(c, buf, size, 0) == 0)
+				full_io(c, buf, size, 1);
+			close(c);
+		}
+	}
 	c = accept(l, NULL, NULL);
 	setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	cpu0 = cpu_s();
@@ -100,6 +109,27 @@ static int worker_server(int port, const char *test, size_t size)
 	return 0;
 }
 
+/* Connection setup: connect, one request/response of @size, close; per second. */
+static int client_connect_rate(const struct sockaddr_in *a, size_t size, double seconds)
+{
+	char *buf = calloc(1, size);
+	unsigned long conns = 0;
+	double t0 = now_s(), t, cpu0 = cpu_s();
+
+	do {
+		int c = socket(AF_INET, SOCK_STREAM, 0);
+		if (connect(c, (const void *)a, sizeof(*a)) < 0 || full_io(c, buf, size, 1) ||
+		    full_io(c, buf, size, 0)) {
+			perror("bench connect");
+			return 1;
+		}
+		close(c);
+		conns++;
+	} while ((t = now_s()) - t0 < seconds);
+	printf("value %.1f\ncpu %.6f\n", conns / (t - t0), cpu_s() - cpu0);
+	return 0;
+}
+
 static int worker_client(int port, const char *test, size_t size, double seconds)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port),
@@ -108,6 +138,10 @@ static int worker_client(int port, const char *test, size_t size, double seconds
 	char *buf = calloc(1, STREAM_CHUNK > size ? STREAM_CHUNK : size);
 	double t0, t, cpu0;
 
+	if (!strcmp(test, "connect")) {
+		close(c);
+		return client_connect_rate(&a, size, seconds);
+	}
 	if (connect(c, (void *)&a, sizeof(a)) < 0) {
 		perror("bench client");
 		return 1;

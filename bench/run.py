@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""`make bench`: the speed issue's benchmark table, measured.
+
+Every row runs TCP loopback, AF_UNIX where the program supports it, and
+smclo (both ends under `smclo run`), interleaved run by run, and reports the
+median of the runs with the CPU time (user+sys of server and client) beside
+it.  Writes BENCHMARKS.md and bench/benchmarks.png.
+
+    python3 bench/run.py [--runs N] [--quick]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = Path(os.environ.get("SMCLO_BUILD", ROOT / "build"))
+SMCLO = str(BUILD / "smclo")
+WORK = Path(tempfile.mkdtemp(prefix="smclo-bench-"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listen(port=None, path=None, proc=None, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path is not None and os.path.exists(path):
+            return
+        if port is not None:
+            hexport = ":%04X" % port
+            for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+                for line in open(table).read().splitlines()[1:]:
+                    f = line.split()
+                    if f[1].endswith(hexport) and f[3] == "0A":
+                        return
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError("server exited: %s" % proc.args)
+        time.sleep(0.02)
+    raise TimeoutError("server did not start")
+
+
+class Run:
+    """Start a server, run a client, stop the server; CPU of both."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.env = dict(os.environ)
+        self.env.pop("LD_PRELOAD", None)
+        if mode == "smclo":
+            self.env["SMCLO_DIR"] = str(WORK / "registry")
+
+    def cmd(self, args):
+        return ([SMCLO, "run", "--"] if self.mode == "smclo" else []) + list(args)
+
+    def accelerated(self):
+        if self.mode != "smclo" or not (WORK / "registry").exists():
+            return (0, 0)
+        st = json.loads(subprocess.run([SMCLO, "stats", "--json"], env=self.env, check=True,
+                                       capture_output=True, text=True).stdout)
+        return (st["accelerated_client"], st["fallback"])
+
+    def __call__(self, server, client, ready_port=None, ready_path=None):
+        before = self.accelerated()
+        srv = subprocess.Popen(self.cmd(server), env=self.env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            wait_listen(ready_port, ready_path, srv)
+            t = os.times()
+            out = subprocess.run(self.cmd(client), env=self.env, capture_output=True, text=True,
+                                 timeout=600)
+            t2 = os.times()
+            client_cpu = (t2.children_user - t.children_user) + (t2.children_system - t.children_system)
+        finally:
+            os.killpg(srv.pid, signal.SIGTERM)
+            _, status, ru = os.wait4(srv.pid, 0)
+        if out.returncode != 0:
+            raise RuntimeError("client failed: %s\n%s" % (out.args, out.stdout + out.stderr))
+        after = self.accelerated()
+        # a smclo figure counts only if its connections really went through shared memory
+        if self.mode == "smclo" and (after[0] == before[0] or after[1] != before[1]):
+            raise RuntimeError("smclo run not accelerated (accelerated %s -> %s, fallbacks %s -> %s)"
+                               % (before[0], after[0], before[1], after[1]))
+        return out.stdout, client_cpu + ru.ru_utime + ru.ru_stime
+
+
+def sockperf(kind):
+    def row(mode, secs):
+        if mode == "unix":
+            return None
+        port = free_port()
+        server = ["sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", str(port)]
+        if kind == "pp":
+            client = ["sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", str(port), "-t",
+                      str(secs), "-m", "14"]
+        else:
+            client = ["sockperf", "tp", "--tcp", "-i", "127.0.0.1", "-p", str(port), "-t",
+                      str(secs), "-m", "64000"]
+        out, cpu = Run(mode)(server, client, ready_port=port)
+        pat = r"Summary: Latency is ([\d.]+) usec" if kind == "pp" else r"Summary: BandWidth is ([\d.]+) MBps"
+        return float(re.search(pat, out).group(1)), cpu
+    return row
+
+
+def iperf3(mode, secs):
+    if mode == "unix":
+        return None
+    port = free_port()
+    out, cpu = Run(mode)(["iperf3", "-s", "-1", "-p", str(port)],
+                         ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", str(secs), "-J"],
+                         ready_port=port)
+    return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9, cpu
+
+
+def worker(test, size):
+    def row(mode, secs):
+        if mode == "unix":
+            return None
+        port = free_port()
+        out, cpu = Run(mode)([SMCLO, "__bench-worker", "server", str(port), test, str(size), "0"],
+                             [SMCLO, "__bench-worker", "client", str(port), test, str(size),
+                              str(secs)], ready_port=port)
+        v = float(re.search(r"value ([\d.]+)", out).group(1))
+        return (1e6 / v if test == "pingpong" else v), cpu
+    return row
+
+
+def redis(op):
+    def row(mode, secs):
+        port = free_port()
+        sock = str(WORK / ("redis-%d.sock" % port))
+        server = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
+                  "--bind", "127.0.0.1"]
+        target = ["-h", "127.0.0.1", "-p", str(port)]
+        if mode == "unix":
+            server += ["--unixsocket", sock]
+            target = ["-s", sock]
+        n = "200000" if secs >= 5 else "50000"
+        out, cpu = Run(mode)(server, ["redis-benchmark"] + target + ["-t", op, "-n", n, "-c",
+                                                                     "50", "-d", "1024", "--csv"],
+                             ready_port=port, ready_path=sock if mode == "unix" else None)
+        rps = float(re.search(r'"%s","([\d.]+)"' % op.upper(), out).group(1))
+        return rps, cpu
+    return row
+
+
+NGINX_CONF = """worker_processes 2; daemon off; master_process on; user root;
+pid {d}/nginx-{p}.pid; error_log {d}/nginx-error.log;
+events {{ worker_connections 1024; }}
+http {{ access_log off; sendfile on;
+  client_body_temp_path {d}/t; proxy_temp_path {d}/t; fastcgi_temp_path {d}/t;
+  uwsgi_temp_path {d}/t; scgi_temp_path {d}/t;
+  server {{ listen 127.0.0.1:{p}; root {d}/www; }} }}
+"""
+
+
+def nginx(mode, secs):
+    if mode == "unix":
+        return None       # wrk speaks TCP only
+    (WORK / "www").mkdir(exist_ok=True)
+    (WORK / "t").mkdir(exist_ok=True)
+    (WORK / "www" / "index.html").write_text("<html><body>" + "smclo " * 100 + "</body></html>\n")
+    port = free_port()
+    conf = WORK / ("nginx-%d.conf" % port)
+    conf.write_text(NGINX_CONF.format(d=WORK, p=port))
+    out, cpu = Run(mode)(["nginx", "-c", str(conf), "-p", str(WORK)],
+                         ["wrk", "-t", "2", "-c", "100", "-d", str(secs),
+                          "http://127.0.0.1:%d/index.html" % port], ready_port=port)
+    if "Socket errors" in out or "Non-2xx" in out:
+        raise RuntimeError("wrk reported errors:\n" + out)
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), cpu
+
+
+# name, unit, higher is better, bar, goal, kernel SMC-lo ratio, function, how to reproduce
+ROWS = [
+    ("sockperf ping-pong 14 B latency", "us", False, "<= 0.25x", "<= 0.1x", "0.57x",
+     sockperf("pp"), "sockperf sr --tcp -i 127.0.0.1 -p P ; sockperf pp --tcp -i 127.0.0.1 -p P -t T -m 14"),
+    ("sockperf throughput 64000 B", "MB/s", True, ">= 2.0x", ">= 2.5x", "1.59x",
+     sockperf("tp"), "sockperf sr --tcp ... ; sockperf tp --tcp -i 127.0.0.1 -p P -t T -m 64000"),
+    ("iperf3 bitrate", "Gbit/s", True, ">= 2.0x", ">= 2.5x", "1.8x",
+     iperf3, "iperf3 -s -1 -p P ; iperf3 -c 127.0.0.1 -p P -t T -J"),
+    ("100 B request/response rate, 1 conn", "msg/s", True, ">= 3x", ">= 5x", "1.78x",
+     worker("pingpong", 100), "smclo __bench-worker server P pingpong 100 0 ; ... client P pingpong 100 T"),
+    ("redis-benchmark SET -c 50 -d 1024", "req/s", True, ">= 1.6x", ">= 2x", "1.37x",
+     redis("set"), "redis-server --port P ; redis-benchmark -t set -n 200000 -c 50 -d 1024"),
+    ("redis-benchmark GET -c 50 -d 1024", "req/s", True, ">= 1.6x", ">= 2x", "1.41x",
+     redis("get"), "redis-server --port P ; redis-benchmark -t get -n 200000 -c 50 -d 1024"),
+    ("nginx (2 workers) + wrk -t2 -c100", "req/s", True, ">= 1.6x", ">= 2x", "1.42x",
+     nginx, "nginx (worker_processes 2) ; wrk -t 2 -c 100 -d T http://127.0.0.1:P/index.html"),
+    ("connection setup (connect, 100 B RTT, close)", "conn/s", True, ">= 0.85x", ">= 1x", "n/a",
+     worker("connect", 100), "smclo __bench-worker server P connect 100 0 ; ... client P connect 100 T"),
+]
+
+MODES = ["tcp", "unix", "smclo"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="short runs, for trying the harness")
+    a = ap.parse_args()
+    secs = 2 if a.quick else 10
+    results = {}
+    for name, *_rest in ROWS:
+        results[name] = {m: [] for m in MODES}
+    for r in range(a.runs):
+        for name, unit, hib, bar, goal, kern, fn, how in ROWS:
+            for mode in MODES:
+                res = fn(mode, secs)
+                if res is not None:
+                    results[name][mode].append(res)
+                    print("run %d %-45s %-5s %12.2f %s  cpu %.2f s" % (r + 1, name, mode, res[0],
+                                                                       unit, res[1]), flush=True)
+    write_report(results, a.runs, secs)
+
+
+def med(vals, i):
+    return statistics.median(v[i] for v in vals) if vals else None
+
+
+def write_report(results, runs, secs):
+    lines = ["# smclo benchmarks", "",
+             "Generated by `make bench` (bench/run.py): %d interleaved runs per row of %d s, "
+             "median; CPU is user+sys of server and client per run.  Machine: %s, %d CPUs.  "
+             "Ratios are smclo against TCP loopback measured in the same run; for latency a "
+             "ratio below 1 is better, elsewhere above 1." % (runs, secs, os.uname().release,
+                                                              os.cpu_count()), "",
+             "| benchmark | TCP | AF_UNIX | smclo | smclo/TCP | bar | goal | kernel SMC-lo | CPU s TCP / UNIX / smclo |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    chart = []
+    for name, unit, hib, bar, goal, kern, fn, how in ROWS:
+        t, u, s = (med(results[name][m], 0) for m in MODES)
+        ct, cu, cs = (med(results[name][m], 1) for m in MODES)
+        ratio = s / t if t and s else None
+        fmt = lambda v: "-" if v is None else ("%.2f" % v if v < 100 else "%.0f" % v)
+        lines.append("| %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s |" % (
+            name, unit, fmt(t), fmt(u), fmt(s), "-" if ratio is None else "%.2fx" % ratio,
+            bar, goal, kern, fmt(ct), fmt(cu), fmt(cs)))
+        chart.append((name, (t / s if not hib else s / t) if t and s else 0,
+                      ((t / u if not hib else u / t) if t and u else 0)))
+    lines += ["", "Reproduce a row (P a free port, T seconds; prefix both commands with "
+              "`build/smclo run --` for the smclo column):", ""]
+    for name, unit, hib, bar, goal, kern, fn, how in ROWS:
+        lines.append("- %s: `%s`" % (name, how))
+    lines += ["", "![speed-up over TCP loopback](bench/benchmarks.png)", ""]
+    (ROOT / "BENCHMARKS.md").write_text("\n".join(lines))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(11, 5))
+        xs = range(len(chart))
+        ax.bar([x - 0.2 for x in xs], [c[2] for c in chart], 0.4, label="AF_UNIX")
+        ax.bar([x + 0.2 for x in xs], [c[1] for c in chart], 0.4, label="smclo")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([c[0] for c in chart], rotation=25, ha="right", fontsize=8)
+        ax.set_ylabel("speed-up over TCP loopback (x)")
+        ax.set_title("smclo vs TCP loopback (median of interleaved runs)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(ROOT / "bench" / "benchmarks.png", dpi=110)
+    except ImportError:
+        print("matplotlib missing: no chart (make bench installs python3-matplotlib)")
+    print((ROOT / "BENCHMARKS.md").read_text())
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)
