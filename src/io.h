@@ -11,10 +11,10 @@
  * ring empty, so level-triggered readiness never goes missing.  The writer
  * rings only when the last doorbell it sent is no longer live (the reader's
  * published cursor passed it), so a reader that keeps up costs no system
- * calls.  A writer that finds the ring full raises write_blocked and fills
- * its socket buffer with doorbells, which makes its own descriptor
- * unwritable; the reader drains them as it frees space, and the kernel wakes
- * the writer with EPOLLOUT.
+ * calls.  A writer that finds the ring full raises write_blocked and sends
+ * doorbells until its own descriptor is unwritable; the reader drains them
+ * once it has freed a quarter of the ring, and the kernel wakes the writer
+ * with EPOLLOUT.
  */
 #ifndef SMCLO_IO_H
 #define SMCLO_IO_H
