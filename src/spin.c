@@ -62,10 +62,11 @@ int spin_for_change(int fd, const _Atomic uint64_t *word, uint64_t seen,
 
 	if (!ncpu)
 		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	if (ncpu < 2 || (sys_fcntl(fd, F_GETFL, 0) & O_NONBLOCK))
+	if (ncpu < 2)
 		return 0;
+	/* cheapest test first: an oversubscribed machine skips the fcntl too */
 	until = mono_ns();
-	if (cores_oversubscribed(until, ncpu))
+	if (cores_oversubscribed(until, ncpu) || (sys_fcntl(fd, F_GETFL, 0) & O_NONBLOCK))
 		return 0;
 	until += SPIN_NS;
 	do {
