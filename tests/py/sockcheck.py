@@ -77,6 +77,7 @@ def server(port):
 
 
 PORT = 0
+TMPDIR = "/tmp"
 
 
 def dial(cmd, fam=socket.AF_INET, host="127.0.0.1", proto=0, before=None):
@@ -235,6 +236,34 @@ def check_signal_interrupts_recv():
     s.close()
 
 
+def check_splice():
+    data = os.urandom(1 << 20)
+    path = os.path.join(TMPDIR, "splice.bin")
+    with open(path, "wb") as f:
+        f.write(data)
+    s = dial("SHA")
+    with open(path, "rb") as f:
+        sent = 0
+        while sent < len(data):
+            n = os.splice(f.fileno(), s.fileno(), len(data) - sent)
+            assert n > 0
+            sent += n
+    s.shutdown(socket.SHUT_WR)
+    assert s.recv(100).decode() == hashlib.sha256(data).hexdigest()
+    s.close()
+    s = dial("SEND 200000")
+    r, w = os.pipe()
+    got = b""
+    while len(got) < 200000:
+        n = os.splice(s.fileno(), w, 65536)      # the pipe holds 64 KiB: partial takes
+        assert n > 0
+        got += os.read(r, n)
+    assert got == b"a" * 200000
+    os.close(r)
+    os.close(w)
+    s.close()
+
+
 def check_epipe():
     s = dial("CLOSE")
     assert s.recv(10) == b""
@@ -318,14 +347,15 @@ def check_exec_sees_eof():
 
 
 def client(port, tmpdir):
-    global PORT
+    global PORT, TMPDIR
     PORT = port
+    TMPDIR = tmpdir
     checks = [check_identity, check_recv_flags, check_rcvtimeo, check_readiness,
               lambda: check_half_close_and_sendfile(tmpdir), check_half_close_then_answer,
-              check_signal_interrupts_recv, check_epipe, check_ipv6_and_smc,
+              check_signal_interrupts_recv, check_splice, check_epipe, check_ipv6_and_smc,
               check_nonblocking_connect, check_fork_then_use, check_exec_sees_eof]
     names = ["identity", "recv_flags", "rcvtimeo", "readiness", "half_close_sendfile",
-             "half_close_then_answer", "signal_interrupts_recv", "epipe",
+             "half_close_then_answer", "signal_interrupts_recv", "splice", "epipe",
              "ipv6_smc", "nonblocking_connect", "fork_then_use", "exec_sees_eof"]
     for name, fn in zip(names, checks):
         fn()
