@@ -45,6 +45,8 @@ struct conn_shared {
 	uint64_t bells_drained;         /* the peer's doorbells we consumed */
 	_Atomic int holders;            /* processes that hold the connection */
 	_Atomic uint32_t flags;         /* SH_* */
+	_Atomic int nonblock;           /* O_NONBLOCK of the shared file, kept by our
+	                                   fcntl/ioctl wrappers: no syscall per wait */
 };
 
 struct conn {

@@ -375,7 +375,7 @@ static void parts_free(struct shm_parts *p)
  * on) with @tcp_fd hidden beside it.
  */
 static void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
-                     const struct ep *l, const struct ep *r, int domain)
+                     const struct ep *l, const struct ep *r, int domain, int nonblock)
 {
 	struct conn *c = conn_alloc(MODE_SHM);
 	int sndbuf = SIDE_SNDBUF;
@@ -392,6 +392,7 @@ static void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
 	c->tx_size = p->tx_size;
 	c->rx_size = p->rx_size;
 	c->sh = p->sh;
+	c->sh->nonblock = nonblock;
 	c->local = *l;
 	c->peer = *r;
 	c->slot = stats_slot_alloc(stats_table(registry_fd, NULL, 0), app_fd, role);
@@ -631,7 +632,7 @@ static void client_install(struct client *cl, int s, struct shm_parts *p)
 	sys_dup3(s, cl->fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 	sys_close(s);
 	sys_fcntl(cl->fd, F_SETFL, (fl & O_NONBLOCK) ? O_NONBLOCK : 0);
-	conn_shm(cl->fd, tcp, ROLE_CLIENT, p, &cl->src, &cl->dst, domain);
+	conn_shm(cl->fd, tcp, ROLE_CLIENT, p, &cl->src, &cl->dst, domain, (fl & O_NONBLOCK) != 0);
 }
 
 static int client_fallback(struct client *cl, int reason)
@@ -831,7 +832,8 @@ int hs_accept(int lfd, int fd, int flags)
 	if (!(flags & SOCK_CLOEXEC))
 		sys_fcntl(sv.s, F_SETFD, 0);
 	fd_set_flags(fd, 0);
-	conn_shm(sv.s, fd_hide(fd), ROLE_SERVER, &parts, &sv.local, &sv.peer, domain);
+	conn_shm(sv.s, fd_hide(fd), ROLE_SERVER, &parts, &sv.local, &sv.peer, domain,
+	         (flags & SOCK_NONBLOCK) != 0);
 	return sv.s;
 }
 

@@ -532,11 +532,15 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 	arg = va_arg(ap, void *);
 	va_end(ap);
 	c = shm_conn(fd);
-	if (c) {
+	if (c)
 		rc = so_ioctl(c, req, arg, &handled);
+	if (!handled)
+		rc = real_ioctl(fd, req, arg);
+	if (c && req == FIONBIO && rc == 0)
+		atomic_store(&c->sh->nonblock, *(int *)arg != 0);
+	if (c)
 		conn_put(c);
-	}
-	return handled ? rc : real_ioctl(fd, req, arg);
+	return rc;
 }
 
 /* ---- descriptor copies -------------------------------------------------- */
@@ -596,6 +600,13 @@ static int fcntl_common(int fd, int cmd, void *arg,
 
 	if ((cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && rc >= 0)
 		copy_binding(fd, rc);
+	if (cmd == F_SETFL && rc == 0 && fd_has_conn(fd)) {
+		struct conn *c = shm_conn(fd);
+		if (c) {
+			atomic_store(&c->sh->nonblock, ((long)arg & O_NONBLOCK) != 0);
+			conn_put(c);
+		}
+	}
 	return rc;
 }
 

@@ -110,7 +110,8 @@ static int rx_wait(struct conn *c, int fd, int dontwait)
 	ssize_t n;
 
 	/* a blocking reader watches the ring before it sleeps (spin.h) */
-	if (!dontwait && spin_for_change(fd, &c->rx->prod, sh->cons, &c->rx->flags))
+	if (!dontwait && spin_for_change(atomic_load_explicit(&sh->nonblock, memory_order_relaxed),
+	                                 &c->rx->prod, sh->cons, &c->rx->flags))
 		return 0;
 	sh_unlock(&sh->rx_lock);
 	n = sys_recv(fd, &b, 1, MSG_PEEK | (dontwait ? MSG_DONTWAIT : 0));

@@ -54,7 +54,7 @@ static int cores_oversubscribed(long long now, int ncpu)
 	return atomic_load(&busy);
 }
 
-int spin_for_change(int fd, const _Atomic uint64_t *word, uint64_t seen,
+int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
                     const _Atomic uint32_t *flags)
 {
 	static int ncpu;
@@ -62,11 +62,10 @@ int spin_for_change(int fd, const _Atomic uint64_t *word, uint64_t seen,
 
 	if (!ncpu)
 		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	if (ncpu < 2)
+	if (ncpu < 2 || nonblock)
 		return 0;
-	/* cheapest test first: an oversubscribed machine skips the fcntl too */
 	until = mono_ns();
-	if (cores_oversubscribed(until, ncpu) || (sys_fcntl(fd, F_GETFL, 0) & O_NONBLOCK))
+	if (cores_oversubscribed(until, ncpu))
 		return 0;
 	until += SPIN_NS;
 	do {

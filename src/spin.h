@@ -19,9 +19,10 @@
 
 /*
  * Watch until *@word differs from @seen or *@flags is non-zero (the peer
- * closed or shut down), for at most SPIN_NS.  Returns 1 if something changed.
+ * closed or shut down), for at most SPIN_NS; nothing for a @nonblock
+ * descriptor.  Returns 1 if something changed.
  */
-int spin_for_change(int fd, const _Atomic uint64_t *word, uint64_t seen,
+int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
                     const _Atomic uint32_t *flags);
 
 #endif
