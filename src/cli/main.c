@@ -16,7 +16,7 @@ static const char usage[] =
 	"\n"
 	"environment: SMCLO_DIR, SMCLO_RMEM, SMCLO_WMEM, SMCLO_HANDSHAKE_MS,\n"
 	"             SMCLO_MAX_CONNS, SMCLO_ALLOW_UIDS, SMCLO_CROSS_NETNS,\n"
-	"             SMCLO_DEBUG=1, SMCLO_DISABLE=1   (see smclo(1))\n";
+	"             SMCLO_DEBUG=1, SMCLO_DISABLE=1   (see man/smclo.1)\n";
 
 int usage_error(const char *fmt, ...)
 {
