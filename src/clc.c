@@ -11,11 +11,9 @@
 size_t clc_size(enum clc_type type)
 {
 	switch (type) {
-	case CLC_PROPOSAL: return sizeof(struct clc_proposal);
 	case CLC_ACCEPT:
 	case CLC_CONFIRM:  return sizeof(struct clc_accept);
 	case CLC_DECLINE:  return sizeof(struct clc_decline);
-	case CLC_FINAL:    return sizeof(struct clc_final);
 	}
 	return 0;
 }
@@ -33,23 +31,11 @@ void clc_init(union clc_msg *m, enum clc_type type, uint64_t nonce)
 static int body_valid(const union clc_msg *m)
 {
 	switch (m->hdr.type) {
-	case CLC_PROPOSAL:
-		if (!ring_size_valid(m->proposal.rx_max) || !ring_size_valid(m->proposal.tx_size))
-			return 0;
-		/* the side socket name must be terminated and a plain file name */
-		if (memchr(m->proposal.side, '\0', CLC_SIDE_MAX) == NULL)
-			return 0;
-		if (m->proposal.side[0] == '\0' || m->proposal.side[0] == '.' ||
-		    strchr(m->proposal.side, '/'))
-			return 0;
-		return m->proposal.pid != 0;
 	case CLC_ACCEPT:
 	case CLC_CONFIRM:
 		return ring_size_valid(m->accept.ring_size) && ring_size_valid(m->accept.rx_max);
 	case CLC_DECLINE:
 		return m->decline.reason > R_NONE && m->decline.reason < R_COUNT;
-	case CLC_FINAL:
-		return m->final.ok <= 1;
 	}
 	return 0;
 }
@@ -65,7 +51,7 @@ int clc_parse(const void *buf, size_t len, enum clc_type type, uint64_t nonce,
 	if (h.magic != CLC_MAGIC || h.version != CLC_VERSION)
 		return -1;
 	if (h.type != type && !(h.type == CLC_DECLINE &&
-	                        (type == CLC_ACCEPT || type == CLC_FINAL)))
+	                        (type == CLC_ACCEPT || type == CLC_CONFIRM)))
 		return -1;
 	if (h.length != clc_size(h.type) || len != h.length)
 		return -1;

@@ -277,26 +277,26 @@ fail:
 	return NULL;
 }
 
-const struct ring_hdr *ring_map_peer(int memfd, uint32_t size)
+const struct ring_hdr *ring_map_peer(int memfd, uint32_t size, uint32_t use, uid_t *owner)
 {
 	const int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
-	size_t len = ring_region_len(size);
 	struct stat st;
 	void *p;
 	int seals = fcntl(memfd, F_GET_SEALS);
 
 	/* a region the peer could still shrink could SIGBUS us */
-	if (seals < 0 || (seals & need) != need)
+	if (seals < 0 || (seals & need) != need || use > size || !ring_size_valid(use))
 		return NULL;
-	if (fstat(memfd, &st) < 0 || (size_t)st.st_size != len)
+	if (fstat(memfd, &st) < 0 || (size_t)st.st_size != ring_region_len(size))
 		return NULL;
-	p = mmap(NULL, len, PROT_READ, MAP_SHARED, memfd, 0);
+	p = mmap(NULL, ring_region_len(use), PROT_READ, MAP_SHARED, memfd, 0);
 	if (p == MAP_FAILED)
 		return NULL;
 	if (ring_hdr_check(p, size) < 0) {
-		munmap(p, len);
+		munmap(p, ring_region_len(use));
 		return NULL;
 	}
+	*owner = st.st_uid;
 	return p;
 }
 

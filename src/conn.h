@@ -100,7 +100,12 @@ int conn_count(void);
 /* Shared memory of a new connection. */
 struct conn_shared *conn_shared_new(void);
 struct ring_hdr *ring_create(uint32_t size, int *memfd);
-const struct ring_hdr *ring_map_peer(int memfd, uint32_t size);
+/*
+ * Map the first @use data bytes of a sealed peer ring of data size @size,
+ * read-only; *owner is the uid that created it (the kernel's word, not the
+ * peer's).
+ */
+const struct ring_hdr *ring_map_peer(int memfd, uint32_t size, uint32_t use, uid_t *owner);
 
 /* Move @fd above the application's range, close-on-exec; returns new fd. */
 int fd_hide(int fd);

@@ -1,37 +1,44 @@
 /*
  * handshake.c - the switch from TCP to shared memory (the kernel's CLC).
  *
- *   client connect()                        server accept()
- *   ----------------                        ---------------
+ *   client connect()                         server accept()
+ *   ----------------                         ---------------
  *   find a live smclo listener for dst
  *   bind to learn the source port
- *   PROPOSAL file p/<tuple>   (before SYN)
- *   TCP connect  ------------------------>  kernel accepts the TCP connection
- *   wait on our side socket                 p/<tuple> exists? no: plain TCP
- *                                           claim it: rename -> <tuple>.c
- *                      <--------- ACCEPT    connect to the client's side socket
- *                                 (ring, TCP socket as proof)
- *   check proof, map ring
- *   CONFIRM ------------------------------> check proof, map ring
- *   (ring, TCP socket as proof)             decide: rename .c -> .ok
- *                      <---------- FINAL
- *   app fd := side connection               return the side connection
+ *   bind the rendezvous socket p/<tuple>
+ *   TCP connect  ------------------------->  kernel accepts the TCP connection
+ *   wait on the rendezvous socket            p/<tuple> exists? no: plain TCP
+ *                                            socket pair, ring
+ *                     <------------ ACCEPT   sent to p/<tuple>: one end of the
+ *                                            pair, ring, TCP socket as proof
+ *   check proof, map ring, build ring
+ *   CONFIRM over the pair ---------------->  check proof, map ring
+ *   (ring, TCP socket as proof)
+ *   app fd := our end of the pair            return our end of the pair
  *
- * No byte is ever sent in-band: a peer without smclo never sees anything but
- * an ordinary TCP connection.  The connection is decided once, by renames the
- * filesystem makes atomic (claim, withdraw, decide ok/tcp), so a side that
- * times out can never disagree with the other.  Both waits are bounded by
- * SMCLO_HANDSHAKE_MS.  The client stays inside connect() and the server
- * inside accept() until the decision, so the descriptor is switched before
- * the application can have put it into an epoll set, and nothing has been
- * written to it yet: a fallback loses nothing.
+ * One round trip, and the client's wait for ACCEPT overlaps the server's
+ * wake-up from accept(), which TCP pays as well.  No byte is ever sent
+ * in-band: a peer without smclo only ever sees an ordinary TCP connection.
+ *
+ * Deciding exactly once, with both waits bounded by SMCLO_HANDSHAKE_MS:
+ *  - a client that gives up removes and closes its rendezvous socket; an
+ *    ACCEPT that arrives later is dropped with it, which closes the pair end
+ *    it carried, and the server sees the pair hang up: both stay on TCP;
+ *  - a server that gives up waiting for CONFIRM shuts the pair down for
+ *    reading first, which the kernel orders against the client's send: a
+ *    CONFIRM queued before still counts (the server takes a last look), one
+ *    sent after fails with EPIPE and the client stays on TCP as well.
+ * The client stays inside connect() and the server inside accept() until the
+ * decision, so the descriptor is switched before the application can have
+ * put it into an epoll set, and nothing has been written yet: a fallback
+ * loses nothing.
  *
  * Same-connection proof: each side hands the other its TCP socket.  The
  * receiver checks that the addresses are mirror images and that both sockets
  * live in one network namespace (where the kernel keeps the 4-tuple unique),
  * or, across namespaces, that the client reached a non-loopback address.
- * The kernel vouches for descriptors and for SO_PEERCRED; nothing rests on a
- * random identifier.
+ * Identities come from the kernel: SO_PEERCRED of the pair the server made,
+ * the owner of the ring the client made; nothing rests on a random number.
  */
 #include "handshake.h"
 
@@ -66,15 +73,6 @@ static long now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
-static uint64_t random_nonce(void)
-{
-	uint64_t v = 0;
-
-	while (v == 0 && syscall(SYS_getrandom, &v, sizeof(v), 0) == sizeof(v))
-		;
-	return v ? v : (uint64_t)now_ms() ^ ((uint64_t)getpid() << 32);
 }
 
 static uint64_t netns_cookie(int fd)
@@ -166,11 +164,13 @@ static int wait_fd(int fd, short events, long deadline)
 	}
 }
 
-/* ---- handshake messages over the side connection ------------------------ */
+/* ---- handshake messages ------------------------------------------------- */
+
+#define MAX_FDS 3
 
 static int msg_send(int s, const union clc_msg *m, const int *fds, int nfds)
 {
-	char cbuf[CMSG_SPACE(2 * sizeof(int))] = { 0 };
+	char cbuf[CMSG_SPACE(MAX_FDS * sizeof(int))] = { 0 };
 	struct iovec iov = { .iov_base = (void *)m, .iov_len = m->hdr.length };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 
@@ -196,18 +196,19 @@ static void close_fds(int *fds, int n)
 
 /*
  * Receive one message of @type (or DECLINE) for @nonce with exactly @want
- * descriptors (none for DECLINE).  Returns 0, or -1 on timeout, hang-up or
- * anything malformed; descriptors are closed on failure.
+ * descriptors (none for DECLINE), waiting until @deadline.  Returns 0, or -1
+ * on timeout, hang-up or anything malformed; descriptors are closed on
+ * failure.
  */
 static int msg_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m,
                     int *fds, int want, long deadline)
 {
 	char buf[sizeof(union clc_msg) + 8];
-	char cbuf[CMSG_SPACE(4 * sizeof(int))];
+	char cbuf[CMSG_SPACE((MAX_FDS + 1) * sizeof(int))];
 	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
 	                     .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
-	int got[4], ngot = 0;
+	int got[MAX_FDS + 1], ngot = 0;
 	ssize_t n;
 
 	if (wait_fd(s, POLLIN, deadline) < 0)
@@ -219,7 +220,7 @@ static int msg_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m,
 		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
 			continue;
 		int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-		for (int i = 0; i < k && ngot < 4; i++)
+		for (int i = 0; i < k && ngot < MAX_FDS + 1; i++)
 			memcpy(&got[ngot++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
 	}
 	if ((mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) ||
@@ -232,14 +233,13 @@ static int msg_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m,
 	return 0;
 }
 
-static void send_decline(int s, uint64_t nonce, int reason)
+static void decline_init(union clc_msg *m, uint64_t nonce, int reason)
 {
-	union clc_msg m;
-
-	clc_init(&m, CLC_DECLINE, nonce);
-	m.decline.reason = (uint32_t)reason;
-	msg_send(s, &m, NULL, 0);
+	clc_init(m, CLC_DECLINE, nonce);
+	m->decline.reason = (uint32_t)reason;
 }
+
+/* ---- checks on what the peer handed us ---------------------------------- */
 
 static int peer_uid_ok(int s)
 {
@@ -250,79 +250,21 @@ static int peer_uid_ok(int s)
 	       config_uid_allowed(&cfg, cr.uid);
 }
 
-/* Is @theirs the other end of our TCP socket @mine?  (see top of file) */
-static int proof_ok(int mine, int theirs)
+/*
+ * Is @theirs the other end of our TCP connection @local -> @peer in the
+ * namespace @netns?  (see top of file)
+ */
+static int proof_ok(const struct ep *local, const struct ep *peer, uint64_t netns, int theirs)
 {
-	struct ep ml, mp, tl, tp;
+	struct ep tl, tp;
 
-	if (!sock_is_tcp(theirs) || sock_ep(mine, 0, &ml) || sock_ep(mine, 1, &mp) ||
-	    sock_ep(theirs, 0, &tl) || sock_ep(theirs, 1, &tp))
+	if (!sock_is_tcp(theirs) || sock_ep(theirs, 0, &tl) || sock_ep(theirs, 1, &tp))
 		return 0;
-	if (!ep_equal(&ml, &tp) || !ep_equal(&mp, &tl))
+	if (!ep_equal(local, &tp) || !ep_equal(peer, &tl))
 		return 0;
-	if (netns_cookie(mine) == netns_cookie(theirs))
+	if (netns_cookie(theirs) == netns)
 		return 1;
-	return cfg.cross_netns && !ep_is_loopback(&ml);
-}
-
-/* ---- the per-thread side socket the server connects to ------------------ */
-
-static __thread int side_fd = -1;
-static __thread pid_t side_pid;
-static __thread char side_name[CLC_SIDE_MAX];
-static pthread_key_t side_key;
-static pthread_once_t side_once = PTHREAD_ONCE_INIT;
-
-static void side_destroy(void *unused)
-{
-	char path[160];
-
-	if (side_fd >= 0 && side_pid == getpid()) {
-		snprintf(path, sizeof(path), "s/%s", side_name);
-		unlinkat(registry_fd, path, 0);
-		sys_close(side_fd);
-	}
-	side_fd = -1;
-}
-
-static void side_key_init(void)
-{
-	pthread_key_create(&side_key, side_destroy);
-}
-
-static int side_get(void)
-{
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	char table[40];
-	int fd;
-
-	if (side_fd >= 0 && side_pid == getpid())
-		return side_fd;
-	side_fd = -1;    /* inherited through fork: the parent's, not ours */
-	if (!stats_table(registry_fd, table, sizeof(table)))
-		return -1;
-	snprintf(side_name, sizeof(side_name), "%s-%ld", table, (long)syscall(SYS_gettid));
-	if (registry_sun_path(registry_fd, "s", side_name, sun.sun_path, sizeof(sun.sun_path)) < 0)
-		return -1;
-	fd = sys_socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	unlink(sun.sun_path);    /* a stale one from a thread id reused */
-	if (sys_bind(fd, &sun, sizeof(sun)) < 0 || sys_listen(fd, 64) < 0) {
-		sys_close(fd);
-		return -1;
-	}
-	side_fd = fd_hide(fd);
-	side_pid = getpid();
-	pthread_once(&side_once, side_key_init);
-	pthread_setspecific(side_key, &side_fd);
-	return side_fd;
-}
-
-void hs_after_fork(void)
-{
-	side_fd = -1;
-	stats_forget_table();
+	return cfg.cross_netns && !ep_is_loopback(local);
 }
 
 /* ---- connection objects ------------------------------------------------- */
@@ -424,13 +366,14 @@ static int domain_of(int fd)
 struct client {
 	int fd;                 /* the application's TCP socket */
 	struct ep dst, src;
-	uint64_t nonce, netns;
+	uint64_t netns;
 	char key[96];
+	int rendezvous;         /* our p/<key> socket, or -1 */
 	int reuse_was_set;
 	int bound_by_us;
 };
 
-/* Reasons not to propose at all; R_NONE means go ahead. */
+/* Reasons not to try at all; R_NONE means go ahead. */
 static int client_precheck(struct client *cl)
 {
 	enum listener_match m;
@@ -460,10 +403,11 @@ static int client_precheck(struct client *cl)
 }
 
 /*
- * The proposal key needs our source port before the SYN leaves, so bind to
- * an ephemeral port.  SO_REUSEADDR lets the kernel hand out ports whose old
- * connections linger (as connect() itself would); accelerated connections
- * close their TCP socket with a reset, so they leave no TIME_WAIT behind.
+ * The rendezvous is named by our source port, which must be known before the
+ * SYN leaves, so bind to an ephemeral port.  SO_REUSEADDR lets the kernel
+ * hand out ports whose old connections linger (as connect() itself would);
+ * accelerated connections close their TCP socket with a reset, so they leave
+ * no TIME_WAIT behind.
  */
 static int client_bind(struct client *cl)
 {
@@ -497,25 +441,23 @@ static void client_restore_reuse(struct client *cl)
 	}
 }
 
-static int client_propose(struct client *cl)
+static int client_rendezvous_open(struct client *cl)
 {
-	union clc_msg m;
-	int side = side_get();
+	registry_rendezvous_key(cl->key, sizeof(cl->key), &cl->dst, cl->src.port);
+	cl->rendezvous = registry_rendezvous_bind(registry_fd, cl->key);
+	if (cl->rendezvous >= 0)
+		return R_NONE;
+	return errno == EADDRINUSE ? R_TUPLE_BUSY : R_NO_REGISTRY;
+}
 
-	if (side < 0)
-		return R_NO_REGISTRY;
-	cl->nonce = random_nonce();
-	clc_init(&m, CLC_PROPOSAL, cl->nonce);
-	m.proposal.pid = (uint32_t)getpid();
-	m.proposal.uid = (uint32_t)getuid();
-	m.proposal.rx_max = cfg.rx_max;
-	m.proposal.tx_size = cfg.tx_size;
-	m.proposal.netns = cl->netns;
-	snprintf(m.proposal.side, sizeof(m.proposal.side), "%s", side_name);
-	registry_proposal_key(cl->key, sizeof(cl->key), &cl->dst, cl->src.port);
-	if (registry_proposal_put(registry_fd, cl->key, &m.proposal) < 0)
-		return errno == EEXIST ? R_TUPLE_BUSY : R_NO_REGISTRY;
-	return R_NONE;
+/* Anything still queued (a late ACCEPT) goes with the socket: see top of file. */
+static void client_rendezvous_close(struct client *cl)
+{
+	if (cl->rendezvous < 0)
+		return;
+	registry_rendezvous_remove(registry_fd, cl->key);
+	sys_close(cl->rendezvous);
+	cl->rendezvous = -1;
 }
 
 /* The TCP connect itself; for a non-blocking socket wait (bounded) for it. */
@@ -543,54 +485,41 @@ static int client_tcp_connect(struct client *cl, const struct sockaddr *sa, sock
 	return 0;
 }
 
-/* Wait for the server's side connection carrying ACCEPT or DECLINE. */
-static int client_wait_answer(struct client *cl, union clc_msg *m, int fds[2], int *s_out)
+/*
+ * Wait for the server's ACCEPT (pair end, ring, TCP socket) or DECLINE on the
+ * rendezvous socket; anything else that arrives there is dropped.
+ */
+static int client_wait_accept(struct client *cl, union clc_msg *m, int fds[3])
 {
 	long deadline = now_ms() + cfg.handshake_ms;
-	int claimed = 0;
 
-	for (;;) {
-		int s;
-
-		if (wait_fd(side_fd, POLLIN, deadline) < 0) {
-			if (claimed)
-				return R_TIMEOUT;
-			if (registry_proposal_withdraw(registry_fd, cl->key) == 0)
-				return R_TIMEOUT;
-			/* the server claimed it just now: its answer is on the way */
-			claimed = 1;
-			deadline = now_ms() + cfg.handshake_ms;
-			continue;
-		}
-		s = sys_accept4(side_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-		if (s < 0)
-			continue;
-		if (msg_recv(s, CLC_ACCEPT, cl->nonce, m, fds, 2, deadline) == 0) {
-			*s_out = s;
-			return R_NONE;
-		}
-		sys_close(s);   /* a stale or malformed answer: not ours */
-	}
+	do {
+		if (msg_recv(cl->rendezvous, CLC_ACCEPT, 0, m, fds, 3, deadline) == 0)
+			return m->hdr.type == CLC_DECLINE ? (int)m->decline.reason : R_NONE;
+	} while (now_ms() < deadline);
+	/* a last look before the socket goes: the answer may have landed just now */
+	registry_rendezvous_remove(registry_fd, cl->key);
+	if (msg_recv(cl->rendezvous, CLC_ACCEPT, 0, m, fds, 3, 0) == 0)
+		return m->hdr.type == CLC_DECLINE ? (int)m->decline.reason : R_NONE;
+	return R_TIMEOUT;
 }
 
-/* After ACCEPT: check, build our half, CONFIRM, wait for the decision. */
-static int client_complete(struct client *cl, int s, union clc_msg *acc, int fds[2],
-                           struct shm_parts *p)
+/* After ACCEPT: check, map and build; CONFIRM over @pair commits us. */
+static int client_complete(struct client *cl, int pair, const union clc_msg *acc,
+                           int ring_fd, int tcp_fd, struct shm_parts *p)
 {
 	union clc_msg m;
+	uid_t owner;
 	int reason = R_NONE, out[2];
 
-	p->tx_memfd = -1;
-	if (!peer_uid_ok(s))
+	p->rx_size = acc->accept.ring_size < cfg.rx_max ? acc->accept.ring_size : cfg.rx_max;
+	if (!peer_uid_ok(pair))
 		reason = R_DIFF_USER;
-	else if (!proof_ok(cl->fd, fds[1]))
+	else if (!proof_ok(&cl->src, &cl->dst, cl->netns, tcp_fd))
 		reason = R_PROOF_FAILED;
-	else if (acc->accept.ring_size > cfg.rx_max ||
-	         !(p->rx = ring_map_peer(fds[0], acc->accept.ring_size)))
+	else if (!(p->rx = ring_map_peer(ring_fd, acc->accept.ring_size, p->rx_size, &owner)))
 		reason = R_HANDSHAKE_ERROR;
-	close_fds(fds, 2);
 	if (reason == R_NONE) {
-		p->rx_size = acc->accept.ring_size;
 		p->tx_size = cfg.tx_size < acc->accept.rx_max ? cfg.tx_size : acc->accept.rx_max;
 		p->tx = ring_create(p->tx_size, &p->tx_memfd);
 		p->sh = conn_shared_new();
@@ -598,28 +527,22 @@ static int client_complete(struct client *cl, int s, union clc_msg *acc, int fds
 			reason = R_NO_MEMORY;
 	}
 	if (reason != R_NONE) {
-		send_decline(s, cl->nonce, reason);
+		decline_init(&m, acc->hdr.nonce, reason);
+		msg_send(pair, &m, NULL, 0);
 		return reason;
 	}
-	clc_init(&m, CLC_CONFIRM, cl->nonce);
+	clc_init(&m, CLC_CONFIRM, acc->hdr.nonce);
 	m.accept.pid = (uint32_t)getpid();
 	m.accept.ring_size = p->tx_size;
-	m.accept.rx_max = cfg.rx_max;
+	m.accept.rx_max = p->rx_size;
 	m.accept.netns = cl->netns;
 	out[0] = p->tx_memfd;
 	out[1] = cl->fd;
-	if (msg_send(s, &m, out, 2) < 0)
-		return R_HANDSHAKE_ERROR;
-	if (msg_recv(s, CLC_FINAL, cl->nonce, &m, out, 0, now_ms() + cfg.handshake_ms) == 0)
-		return m.hdr.type == CLC_FINAL && m.final.ok ? R_NONE :
-		       m.hdr.type == CLC_DECLINE ? (int)m.decline.reason : R_HANDSHAKE_ERROR;
-	/* no word from the server: decide ourselves, unless it already did */
-	if (registry_proposal_decide(registry_fd, cl->key, 0) == 0)
-		return R_TIMEOUT;
-	return registry_proposal_was_ok(registry_fd, cl->key) ? R_NONE : R_TIMEOUT;
+	/* fails (EPIPE) only if the server gave up first: then both use TCP */
+	return msg_send(pair, &m, out, 2) == 0 ? R_NONE : R_TIMEOUT;
 }
 
-/* Put the side connection where the TCP socket was, keeping the fd's flags. */
+/* Put the pair end where the TCP socket was, keeping the fd's flags. */
 static void client_install(struct client *cl, int s, struct shm_parts *p)
 {
 	int fl = sys_fcntl(cl->fd, F_GETFL, 0);
@@ -646,12 +569,28 @@ static int client_fallback(struct client *cl, int reason)
 	return 0;
 }
 
+/* ACCEPT arrived: finish, or fall back; returns connect()'s result. */
+static int client_finish(struct client *cl, union clc_msg *acc, int fds[3])
+{
+	struct shm_parts parts = { .tx_memfd = -1 };
+	int reason = client_complete(cl, fds[0], acc, fds[1], fds[2], &parts);
+
+	close_fds(fds + 1, 2);
+	if (reason != R_NONE) {
+		sys_close(fds[0]);
+		parts_free(&parts);
+		return client_fallback(cl, reason);
+	}
+	DBG("connect fd %d: shm (ring tx %u rx %u)", cl->fd, parts.tx_size, parts.rx_size);
+	client_install(cl, fds[0], &parts);
+	return 0;
+}
+
 int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
-	struct client cl = { .fd = fd };
-	struct shm_parts parts = { .tx_memfd = -1 };
+	struct client cl = { .fd = fd, .rendezvous = -1 };
 	union clc_msg acc;
-	int reason, timed_out, fds[2], s = -1;
+	int reason, timed_out, fds[3];
 
 	if (ep_from_sockaddr(&cl.dst, sa, len) < 0)
 		return sys_connect(fd, sa, len);
@@ -659,7 +598,7 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	if (reason == R_NONE && client_bind(&cl) < 0)
 		reason = R_NO_PORT;
 	if (reason == R_NONE)
-		reason = client_propose(&cl);
+		reason = client_rendezvous_open(&cl);
 	if (reason != R_NONE) {
 		int rc, e;
 
@@ -674,7 +613,7 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	}
 	if (client_tcp_connect(&cl, sa, len, &timed_out) < 0) {
 		int e = errno;
-		registry_proposal_withdraw(registry_fd, cl.key);
+		client_rendezvous_close(&cl);
 		client_restore_reuse(&cl);
 		if (timed_out)
 			client_fallback(&cl, R_TIMEOUT);
@@ -683,98 +622,155 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	}
 	client_restore_reuse(&cl);
 	sock_ep(fd, 0, &cl.src);        /* the address the route chose, now known */
-	reason = client_wait_answer(&cl, &acc, fds, &s);
-	if (reason == R_NONE)
-		reason = acc.hdr.type == CLC_DECLINE ? (int)acc.decline.reason :
-		         client_complete(&cl, s, &acc, fds, &parts);
-	registry_proposal_cleanup(registry_fd, cl.key);
-	if (reason != R_NONE) {
-		if (s >= 0)
-			sys_close(s);
-		parts_free(&parts);
+	reason = client_wait_accept(&cl, &acc, fds);
+	client_rendezvous_close(&cl);
+	if (reason != R_NONE)
 		return client_fallback(&cl, reason);
-	}
-	DBG("connect fd %d: shm (ring tx %u rx %u)", fd, parts.tx_size, parts.rx_size);
-	client_install(&cl, s, &parts);
-	return 0;
+	return client_finish(&cl, &acc, fds);
 }
 
 /* ---- server side -------------------------------------------------------- */
 
 struct server {
 	int fd;                 /* accepted TCP socket */
+	int flags;              /* accept4() flags */
 	struct ep local, peer;
+	uint64_t netns;
 	char key[96];
-	union clc_msg prop;
-	int s;                  /* side connection to the client */
+	int rendezvous;         /* O_PATH descriptor of the client's p/<key> */
+	uint64_t nonce;
+	int s;                  /* our end of the socket pair, or -1 */
 };
 
-static int server_connect_side(struct server *sv)
-{
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+/* One unbound datagram socket per process sends every ACCEPT and DECLINE. */
+static _Atomic int answer_sock = -1;
 
-	if (registry_sun_path(registry_fd, "s", sv->prop.proposal.side, sun.sun_path,
-	                      sizeof(sun.sun_path)) < 0)
+static int answer_sock_get(void)
+{
+	int s = atomic_load(&answer_sock), mine, none = -1;
+
+	if (s >= 0)
+		return s;
+	mine = sys_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (mine < 0)
 		return -1;
-	sv->s = sys_socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (sv->s < 0)
-		return -1;
-	if (sys_connect(sv->s, &sun, sizeof(sun)) < 0) {
-		sys_close(sv->s);
-		sv->s = -1;
-		return -1;
-	}
-	return 0;
+	mine = fd_hide(mine);
+	if (atomic_compare_exchange_strong(&answer_sock, &none, mine))
+		return mine;
+	sys_close(mine);        /* another thread was first */
+	return none;
 }
 
-/* Everything after the claim; returns R_NONE with @p filled, or a reason. */
-static int server_negotiate(struct server *sv, struct shm_parts *p)
+/* Send @m with @fds to the client's rendezvous socket. */
+static int server_send(struct server *sv, const union clc_msg *m, const int *fds, int nfds)
 {
-	uint64_t nonce = sv->prop.hdr.nonce;
-	union clc_msg m;
-	int fds[2], reason = R_NONE;
+	char cbuf[CMSG_SPACE(MAX_FDS * sizeof(int))] = { 0 };
+	struct iovec iov = { .iov_base = (void *)m, .iov_len = m->hdr.length };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	int s = answer_sock_get();
 
+	if (s < 0)
+		return -1;
+	if (nfds) {
+		struct cmsghdr *cm;
+		mh.msg_control = cbuf;
+		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+	}
+	return registry_rendezvous_send(sv->rendezvous, s, &mh) == (ssize_t)m->hdr.length ? 0 : -1;
+}
+
+static int server_precheck(void)
+{
 	if (io_uring_in_use())
-		reason = R_IO_URING;
-	else if (conn_count() >= cfg.max_conns)
-		reason = R_MAX_BUFFERS;
-	else if (!peer_uid_ok(sv->s))
-		reason = R_DIFF_USER;
-	if (reason == R_NONE) {
-		p->tx_size = cfg.tx_size < sv->prop.proposal.rx_max ? cfg.tx_size :
-		             sv->prop.proposal.rx_max;
-		p->tx = ring_create(p->tx_size, &p->tx_memfd);
-		if (!p->tx)
-			reason = R_NO_MEMORY;
-	}
-	if (reason != R_NONE) {
-		send_decline(sv->s, nonce, reason);
-		return reason;
-	}
-	clc_init(&m, CLC_ACCEPT, nonce);
+		return R_IO_URING;
+	if (conn_count() >= cfg.max_conns)
+		return R_MAX_BUFFERS;
+	return R_NONE;
+}
+
+/* Build our half and send ACCEPT; on success sv->s is our end of the pair. */
+static int server_offer(struct server *sv, struct shm_parts *p)
+{
+	static _Atomic uint64_t nonces;
+	int type = SOCK_SEQPACKET | (sv->flags & (SOCK_NONBLOCK | SOCK_CLOEXEC));
+	union clc_msg m;
+	int pair[2], fds[3], rc;
+
+	p->tx_size = cfg.tx_size;
+	p->tx = ring_create(p->tx_size, &p->tx_memfd);
+	p->sh = conn_shared_new();
+	if (!p->tx || !p->sh)
+		return R_NO_MEMORY;
+	if (sys_socketpair(AF_UNIX, type, 0, pair) < 0)
+		return R_HANDSHAKE_ERROR;
+	sv->nonce = atomic_fetch_add(&nonces, 1) + 1;
+	clc_init(&m, CLC_ACCEPT, sv->nonce);
 	m.accept.pid = (uint32_t)getpid();
 	m.accept.ring_size = p->tx_size;
 	m.accept.rx_max = cfg.rx_max;
-	m.accept.netns = netns_cookie(sv->fd);
-	fds[0] = p->tx_memfd;
-	fds[1] = sv->fd;
-	if (msg_send(sv->s, &m, fds, 2) < 0)
+	m.accept.netns = sv->netns;
+	fds[0] = pair[1];
+	fds[1] = p->tx_memfd;
+	fds[2] = sv->fd;
+	rc = server_send(sv, &m, fds, 3);
+	sys_close(pair[1]);
+	sys_close(p->tx_memfd);
+	p->tx_memfd = -1;
+	if (rc < 0) {
+		sys_close(pair[0]);
+		return R_PEER_WITHDREW;
+	}
+	sv->s = pair[0];
+	return R_NONE;
+}
+
+/* CONFIRM arrived: check the client's half and take it. */
+static int server_take(struct server *sv, const union clc_msg *m, int ring_fd, int tcp_fd,
+                       struct shm_parts *p)
+{
+	uint32_t use = m->accept.rx_max;     /* how much of our ring the client maps */
+	uid_t owner;
+
+	if (!proof_ok(&sv->local, &sv->peer, sv->netns, tcp_fd))
+		return R_PROOF_FAILED;
+	if (m->accept.ring_size > cfg.rx_max || use > p->tx_size ||
+	    !(p->rx = ring_map_peer(ring_fd, m->accept.ring_size, m->accept.ring_size, &owner)))
 		return R_HANDSHAKE_ERROR;
-	if (msg_recv(sv->s, CLC_CONFIRM, nonce, &m, fds, 2, now_ms() + cfg.handshake_ms) < 0)
-		return R_TIMEOUT;
+	p->rx_size = m->accept.ring_size;
+	if (!config_uid_allowed(&cfg, owner))
+		return R_DIFF_USER;
+	if (use < p->tx_size) {         /* the client maps less: give back the rest */
+		munmap((char *)p->tx + ring_region_len(use), p->tx_size - use);
+		p->tx_size = use;
+	}
+	return R_NONE;
+}
+
+/*
+ * Wait for CONFIRM or DECLINE.  A CONFIRM that fails our checks can only come
+ * from a client that does not follow the protocol; we stay on TCP and close
+ * the pair, so such a client sees its connection hang up.
+ */
+static int server_wait_confirm(struct server *sv, struct shm_parts *p)
+{
+	union clc_msg m;
+	int fds[2], reason;
+
+	if (msg_recv(sv->s, CLC_CONFIRM, sv->nonce, &m, fds, 2, now_ms() + cfg.handshake_ms) < 0) {
+		/* close the door, then a last look (see top of file) */
+		sys_shutdown(sv->s, SHUT_RD);
+		if (msg_recv(sv->s, CLC_CONFIRM, sv->nonce, &m, fds, 2, 0) < 0)
+			return R_TIMEOUT;
+	}
 	if (m.hdr.type == CLC_DECLINE)
 		return (int)m.decline.reason;
-	if (!proof_ok(sv->fd, fds[1]))
-		reason = R_PROOF_FAILED;
-	else if (m.accept.ring_size > cfg.rx_max ||
-	         !(p->rx = ring_map_peer(fds[0], m.accept.ring_size)))
-		reason = R_HANDSHAKE_ERROR;
-	else if (!(p->sh = conn_shared_new()))
-		reason = R_NO_MEMORY;
+	reason = server_take(sv, &m, fds[0], fds[1], p);
 	close_fds(fds, 2);
-	p->rx_size = m.accept.ring_size;
-	if (reason != R_NONE)
-		send_decline(sv->s, nonce, reason);
 	return reason;
 }
 
@@ -785,12 +781,47 @@ static int server_fallback(struct server *sv, int reason)
 	return sv->fd;
 }
 
+/* Tell a waiting client no, so it need not wait out its timeout. */
+static int server_decline(struct server *sv, int reason)
+{
+	union clc_msg m;
+
+	decline_init(&m, 0, reason);
+	server_send(sv, &m, NULL, 0);
+	return server_fallback(sv, reason);
+}
+
+/* Everything after the client showed up; returns the application's fd. */
+static int server_handshake(struct server *sv)
+{
+	struct shm_parts parts = { .tx_memfd = -1 };
+	int reason = server_precheck(), domain;
+
+	if (reason != R_NONE)
+		return server_decline(sv, reason);
+	reason = server_offer(sv, &parts);
+	if (reason == R_NONE)
+		reason = server_wait_confirm(sv, &parts);
+	if (reason != R_NONE) {
+		if (sv->s >= 0)
+			sys_close(sv->s);
+		parts_free(&parts);
+		return server_fallback(sv, reason);
+	}
+	DBG("accept fd %d: shm (ring tx %u rx %u)", sv->s, parts.tx_size, parts.rx_size);
+	domain = domain_of(sv->fd);
+	so_copy_timeouts(sv->fd, sv->s);
+	fd_set_flags(sv->fd, 0);
+	conn_shm(sv->s, fd_hide(sv->fd), ROLE_SERVER, &parts, &sv->local, &sv->peer, domain,
+	         (sv->flags & SOCK_NONBLOCK) != 0);
+	return sv->s;
+}
+
 int hs_accept(int lfd, int fd, int flags)
 {
-	struct server sv = { .fd = fd, .s = -1 };
-	struct shm_parts parts = { .tx_memfd = -1 };
-	union clc_msg fin;
-	int reason, domain;
+	struct server sv = { .fd = fd, .flags = flags, .s = -1 };
+	uid_t owner;
+	int rc;
 
 	if (sock_ep(fd, 0, &sv.local) < 0 || sock_ep(fd, 1, &sv.peer) < 0)
 		return fd;                      /* not an IP socket */
@@ -799,42 +830,16 @@ int hs_accept(int lfd, int fd, int flags)
 	fd_set_flags(fd, FDF_TCP | FDF_KNOWN);
 	if (registry_fd < 0)
 		return server_fallback(&sv, R_NO_REGISTRY);
-	registry_proposal_key(sv.key, sizeof(sv.key), &sv.local, sv.peer.port);
-	if (registry_proposal_get(registry_fd, sv.key, &sv.prop) < 0) {
-		if (errno == ENOENT)
-			return server_fallback(&sv, R_PEER_NO_SMCLO);
-		registry_proposal_withdraw(registry_fd, sv.key);
-		return server_fallback(&sv, R_HANDSHAKE_ERROR);
-	}
-	if (registry_proposal_claim(registry_fd, sv.key) < 0)
-		return server_fallback(&sv, R_PEER_WITHDREW);
-	if (server_connect_side(&sv) < 0) {
-		registry_proposal_drop_claim(registry_fd, sv.key);
-		return server_fallback(&sv, R_HANDSHAKE_ERROR);
-	}
-	reason = server_negotiate(&sv, &parts);
-	if (reason == R_NONE && registry_proposal_decide(registry_fd, sv.key, 1) < 0)
-		reason = R_TIMEOUT;             /* the client decided tcp first */
-	if (reason != R_NONE) {
-		registry_proposal_drop_claim(registry_fd, sv.key);
-		sys_close(sv.s);
-		parts_free(&parts);
-		return server_fallback(&sv, reason);
-	}
-	clc_init(&fin, CLC_FINAL, sv.prop.hdr.nonce);
-	fin.final.ok = 1;
-	msg_send(sv.s, &fin, NULL, 0);
-	DBG("accept fd %d: shm (ring tx %u rx %u)", sv.s, parts.tx_size, parts.rx_size);
-	domain = domain_of(fd);
-	so_copy_timeouts(fd, sv.s);
-	if (!(flags & SOCK_NONBLOCK))
-		sys_fcntl(sv.s, F_SETFL, 0);
-	if (!(flags & SOCK_CLOEXEC))
-		sys_fcntl(sv.s, F_SETFD, 0);
-	fd_set_flags(fd, 0);
-	conn_shm(sv.s, fd_hide(fd), ROLE_SERVER, &parts, &sv.local, &sv.peer, domain,
-	         (flags & SOCK_NONBLOCK) != 0);
-	return sv.s;
+	registry_rendezvous_key(sv.key, sizeof(sv.key), &sv.local, sv.peer.port);
+	sv.rendezvous = registry_rendezvous_open(registry_fd, sv.key, &owner);
+	if (sv.rendezvous < 0)
+		return server_fallback(&sv, R_PEER_NO_SMCLO);
+	sv.netns = netns_cookie(fd);
+	/* our TCP socket goes there: only to a user we may attach to */
+	rc = config_uid_allowed(&cfg, owner) ? server_handshake(&sv) :
+	     server_decline(&sv, R_DIFF_USER);
+	sys_close(sv.rendezvous);
+	return rc;
 }
 
 /* ---- listeners ---------------------------------------------------------- */

@@ -77,7 +77,7 @@ static void after_fork_child(void)
 	if (!smclo_active)
 		return;
 	fork_generation++;
-	hs_after_fork();
+	stats_forget_table();
 	conn_for_each_fd(count_fork_holder, NULL);
 }
 

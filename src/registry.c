@@ -1,7 +1,9 @@
 /*
- * registry.c - listener entries, proposals and liveness locks (registry.h).
+ * registry.c - listener entries, rendezvous sockets and liveness locks (registry.h).
  */
 #include "registry.h"
+
+#include "sys.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -10,11 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
-static const char *const subdirs[] = { "l", "p", "s", "c" };
+static const char *const subdirs[] = { "l", "p", "c" };
 
 /* Files take the directory's permissions: private dirs get private files. */
 static mode_t file_mode = 0600;
@@ -201,7 +205,7 @@ enum listener_match registry_listener_find(int dirfd, const struct ep *dst, uint
 	return f.best;
 }
 
-void registry_proposal_key(char *out, size_t len, const struct ep *dst, uint16_t src_port)
+void registry_rendezvous_key(char *out, size_t len, const struct ep *dst, uint16_t src_port)
 {
 	char ip[33];
 
@@ -209,104 +213,93 @@ void registry_proposal_key(char *out, size_t len, const struct ep *dst, uint16_t
 	snprintf(out, len, "%u-%u-%s", dst->port, src_port, ip);
 }
 
-static void prop_path(char *out, size_t len, const char *key, const char *suffix)
+static int rendezvous_sun(int dirfd, const char *key, struct sockaddr_un *sun)
 {
-	snprintf(out, len, "p/%s%s", key, suffix);
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	return registry_sun_path(dirfd, "p", key, sun->sun_path, sizeof(sun->sun_path));
 }
 
-int registry_proposal_put(int dirfd, const char *key, const struct clc_proposal *p)
+/* A socket file nobody receives on any more (its owner crashed)? */
+static int rendezvous_dead(const struct sockaddr_un *sun)
 {
-	char tmp[160], path[160];
+	int fd = sys_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int dead;
+
+	if (fd < 0)
+		return 0;
+	dead = sys_connect(fd, sun, sizeof(*sun)) < 0 &&
+	       errno == ECONNREFUSED;
+	sys_close(fd);
+	return dead;
+}
+
+int registry_rendezvous_bind(int dirfd, const char *key)
+{
+	struct sockaddr_un sun;
 	int fd, rc;
 
-	snprintf(tmp, sizeof(tmp), "p/.%s.%d.%llx", key, (int)getpid(),
-	         (unsigned long long)random64());
-	prop_path(path, sizeof(path), key, "");
-	fd = openat(dirfd, tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+	if (rendezvous_sun(dirfd, key, &sun) < 0)
+		return -1;
+	fd = sys_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -1;
-	fchmod(fd, file_mode);
-	rc = write(fd, p, sizeof(*p)) == (ssize_t)sizeof(*p) ? 0 : -1;
-	close(fd);
-	/* the file appears under its key complete, or not at all */
-	if (rc == 0)
-		rc = renameat2(dirfd, tmp, dirfd, path, RENAME_NOREPLACE);
+	rc = sys_bind(fd, &sun, sizeof(sun));
+	if (rc < 0 && errno == EADDRINUSE && rendezvous_dead(&sun)) {
+		registry_rendezvous_remove(dirfd, key);     /* left by a crashed client */
+		rc = sys_bind(fd, &sun, sizeof(sun));
+	}
+	/* the server must be able to write to it: same rule as every registry file */
+	if (rc == 0 && file_mode != 0600) {
+		char path[160];
+		snprintf(path, sizeof(path), "p/%s", key);
+		rc = fchmodat(dirfd, path, file_mode, 0);
+	}
 	if (rc < 0) {
 		int e = errno;
-		unlinkat(dirfd, tmp, 0);
+		sys_close(fd);
 		errno = e;
+		return -1;
 	}
-	return rc;
+	return fd;
 }
 
-int registry_proposal_get(int dirfd, const char *key, union clc_msg *p)
+int registry_rendezvous_open(int dirfd, const char *key, uid_t *owner)
 {
-	char path[160], buf[sizeof(union clc_msg) + 1];
-	ssize_t n;
+	char path[160];
+	struct stat st;
 	int fd;
 
-	prop_path(path, sizeof(path), key, "");
-	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	snprintf(path, sizeof(path), "p/%s", key);
+	fd = openat(dirfd, path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	n = read(fd, buf, sizeof(buf));
-	close(fd);
-	if (n < 0 || clc_parse(buf, (size_t)n, CLC_PROPOSAL, 0, p) < 0) {
-		errno = EPROTO;
+	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+		sys_close(fd);
+		errno = ENOENT;
 		return -1;
 	}
-	return 0;
+	*owner = st.st_uid;
+	return fd;
 }
 
-static int prop_rename(int dirfd, const char *key, const char *from, const char *to)
+ssize_t registry_rendezvous_send(int pathfd, int sock, struct msghdr *mh)
 {
-	char a[160], b[160];
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 
-	prop_path(a, sizeof(a), key, from);
-	prop_path(b, sizeof(b), key, to);
-	return renameat2(dirfd, a, dirfd, b, RENAME_NOREPLACE);
+	/* through the descriptor: exactly the socket whose owner was checked */
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "/proc/self/fd/%d", pathfd);
+	mh->msg_name = &sun;
+	mh->msg_namelen = sizeof(sun);
+	return sys_sendmsg(sock, mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-static int prop_unlink(int dirfd, const char *key, const char *suffix)
+void registry_rendezvous_remove(int dirfd, const char *key)
 {
-	char a[160];
+	char path[160];
 
-	prop_path(a, sizeof(a), key, suffix);
-	return unlinkat(dirfd, a, 0);
-}
-
-int registry_proposal_claim(int dirfd, const char *key)
-{
-	return prop_rename(dirfd, key, "", ".c");
-}
-
-int registry_proposal_withdraw(int dirfd, const char *key)
-{
-	return prop_unlink(dirfd, key, "");
-}
-
-int registry_proposal_decide(int dirfd, const char *key, int ok)
-{
-	return prop_rename(dirfd, key, ".c", ok ? ".ok" : ".tcp");
-}
-
-int registry_proposal_drop_claim(int dirfd, const char *key)
-{
-	return prop_unlink(dirfd, key, ".c");
-}
-
-int registry_proposal_was_ok(int dirfd, const char *key)
-{
-	char a[160];
-
-	prop_path(a, sizeof(a), key, ".ok");
-	return faccessat(dirfd, a, F_OK, 0) == 0;
-}
-
-void registry_proposal_cleanup(int dirfd, const char *key)
-{
-	prop_unlink(dirfd, key, ".ok");
-	prop_unlink(dirfd, key, ".tcp");
+	snprintf(path, sizeof(path), "p/%s", key);
+	unlinkat(dirfd, path, 0);
 }
 
 int registry_sun_path(int dirfd, const char *sub, const char *name, char *out, size_t len)
@@ -359,7 +352,7 @@ static int lock_dead(int dirfd, const char *sub, const char *name)
 	return registry_is_locked(dirfd, sub, name) == 0;
 }
 
-static int proposal_stale(int dirfd, const char *sub, const char *name)
+static int rendezvous_stale(int dirfd, const char *sub, const char *name)
 {
 	char path[300];
 	struct stat st;
@@ -370,22 +363,8 @@ static int proposal_stale(int dirfd, const char *sub, const char *name)
 	       time(NULL) - st.st_mtime > 60;
 }
 
-static int side_dead(int dirfd, const char *sub, const char *name)
-{
-	char owner[128];
-	const char *dash = strrchr(name, '-');
-
-	/* "<process table name>-<tid>": dead once its process table is unlocked */
-	if (!dash || (size_t)(dash - name) >= sizeof(owner))
-		return proposal_stale(dirfd, sub, name);
-	memcpy(owner, name, (size_t)(dash - name));
-	owner[dash - name] = '\0';
-	return registry_is_locked(dirfd, "c", owner) != 1;
-}
-
 void registry_gc(int dirfd)
 {
 	gc_dir(dirfd, "l", lock_dead);
-	gc_dir(dirfd, "p", proposal_stale);
-	gc_dir(dirfd, "s", side_dead);
+	gc_dir(dirfd, "p", rendezvous_stale);
 }

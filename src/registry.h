@@ -3,24 +3,22 @@
  *
  * Layout under SMCLO_DIR (default /dev/shm/smclo-<uid>, mode 0700):
  *   l/<port>.<netns>.<ip>.<flags>.<pid>.<rand>  a listener; locked while alive
- *   p/<dstport>-<srcport>-<dstip>[.c|.ok|.tcp]   a proposal and its fate
- *   s/<process table name>-<tid>                  a thread's side socket
+ *   p/<dstport>-<srcport>-<dstip>                a client's rendezvous socket
  *   c/<pid>.<rand>                                a process's connection table
  *   stats                                         totals since creation/reset
  *
  * Liveness is an open-file-description lock held by the owner: it is
  * inherited over fork, released by the kernel when the last holder exits,
  * and visible across PID namespaces, so a crashed owner is noticed without
- * trusting process ids.  Decisions on a proposal are renames, which the
- * filesystem makes atomic: exactly one side's rename succeeds.
+ * trusting process ids.
  */
 #ifndef SMCLO_REGISTRY_H
 #define SMCLO_REGISTRY_H
 
 #include "addr.h"
-#include "clc.h"
 
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #define LISTEN_F_V6ONLY 1u
@@ -49,21 +47,22 @@ enum listener_match {
 };
 enum listener_match registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns);
 
-/* Proposal key of a TCP connection, from the client's view. */
-void registry_proposal_key(char *out, size_t len, const struct ep *dst, uint16_t src_port);
-
-/* Publish atomically; -1 with errno EEXIST if the key is taken. */
-int registry_proposal_put(int dirfd, const char *key, const struct clc_proposal *p);
-/* 0 and *p filled, or -1 (errno ENOENT when there is no proposal). */
-int registry_proposal_get(int dirfd, const char *key, union clc_msg *p);
-
-/* The atomic steps.  Each returns 0 when this caller's step took effect. */
-int registry_proposal_claim(int dirfd, const char *key);        /* key -> key.c   */
-int registry_proposal_withdraw(int dirfd, const char *key);     /* unlink key     */
-int registry_proposal_decide(int dirfd, const char *key, int ok); /* key.c -> key.ok|.tcp */
-int registry_proposal_drop_claim(int dirfd, const char *key);   /* unlink key.c   */
-int registry_proposal_was_ok(int dirfd, const char *key);       /* key.ok exists  */
-void registry_proposal_cleanup(int dirfd, const char *key);     /* unlink final   */
+/*
+ * Rendezvous: before its SYN leaves, a client binds an AF_UNIX datagram
+ * socket under p/ named by the connection's tuple as the server will see it;
+ * the server that accepts the connection sends its answer there.
+ */
+void registry_rendezvous_key(char *out, size_t len, const struct ep *dst, uint16_t src_port);
+/* Bind p/<key>; returns the socket, or -1 (errno EADDRINUSE: the tuple is taken). */
+int registry_rendezvous_bind(int dirfd, const char *key);
+/*
+ * The rendezvous socket for @key, as an O_PATH descriptor, and the uid that
+ * bound it; -1 if there is none.
+ */
+int registry_rendezvous_open(int dirfd, const char *key, uid_t *owner);
+/* sendmsg() @mh to the socket @pathfd names, through the unbound datagram socket @sock. */
+ssize_t registry_rendezvous_send(int pathfd, int sock, struct msghdr *mh);
+void registry_rendezvous_remove(int dirfd, const char *key);
 
 /* "/proc/self/fd/<dirfd>/<sub>/<name>", short enough for sun_path. */
 int registry_sun_path(int dirfd, const char *sub, const char *name, char *out, size_t len);
@@ -72,7 +71,7 @@ int registry_sun_path(int dirfd, const char *sub, const char *name, char *out, s
 typedef int (*registry_visit_fn)(int dirfd, const char *sub, const char *name, void *arg);
 void registry_for_each(int dirfd, const char *sub, registry_visit_fn fn, void *arg);
 
-/* Remove entries of dead owners and stale proposals. */
+/* Remove entries of dead owners and stale rendezvous sockets. */
 void registry_gc(int dirfd);
 
 #endif

@@ -79,6 +79,11 @@ static inline int sys_accept4(int fd, void *a, socklen_t *l, int f)
 	return (int)syscall(SYS_accept4, fd, a, l, f);
 }
 
+static inline int sys_socketpair(int domain, int type, int proto, int sv[2])
+{
+	return (int)syscall(SYS_socketpair, domain, type, proto, sv);
+}
+
 static inline int sys_shutdown(int fd, int h)
 {
 	return (int)syscall(SYS_shutdown, fd, h);
