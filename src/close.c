@@ -58,6 +58,7 @@ static void conn_leave_process(struct conn *c)
 		last = atomic_fetch_sub(&c->sh->holders, 1) == 1;
 		if (last)
 			publish_close(c);
+		c->reusable = last;
 		close_hidden_tcp(c, last);
 	}
 	/* a forked child closing an inherited TCP descriptor leaves the listing to its parent */

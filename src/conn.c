@@ -10,6 +10,8 @@
  */
 #include "conn.h"
 
+#include "region.h"
+
 #include "sys.h"
 
 #include <errno.h>
@@ -127,12 +129,10 @@ struct conn *conn_get(int fd)
 
 static void conn_free(struct conn *c)
 {
-	if (c->tx)
-		munmap(c->tx, ring_region_len(c->tx_size));
-	if (c->rx)
-		munmap((void *)c->rx, ring_region_len(c->rx_size));
+	if (c->region)
+		region_put(c->region, c->reusable);
 	if (c->sh)
-		munmap(c->sh, sizeof(*c->sh));
+		conn_shared_put(c->sh, c->reusable);
 	atomic_fetch_sub(&n_conns, 1);
 	pthread_mutex_lock(&pool_lock);
 	memset(c, 0, sizeof(*c));
@@ -221,17 +221,61 @@ static void robust_init(pthread_mutex_t *m)
 	pthread_mutexattr_destroy(&a);
 }
 
+/*
+ * Connection state pages whose every holder is gone, kept for the next
+ * connection (an mmap, a page fault and an munmap fewer).  A page copied
+ * into a child by fork stays shared with the parent, so only the process
+ * that put it here may take it again.
+ */
+#define SH_KEEP 32
+static struct { struct conn_shared *sh; pid_t owner; } sh_pool[SH_KEEP];
+static int sh_pooled;
+static pthread_mutex_t sh_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct conn_shared *sh_pool_take(void)
+{
+	struct conn_shared *sh = NULL;
+	pid_t me = getpid();
+
+	pthread_mutex_lock(&sh_pool_lock);
+	while (sh_pooled > 0 && !sh) {
+		sh_pooled--;
+		if (sh_pool[sh_pooled].owner == me)
+			sh = sh_pool[sh_pooled].sh;
+		else            /* the parent's: not ours to reuse */
+			munmap(sh_pool[sh_pooled].sh, sizeof(*sh));
+	}
+	pthread_mutex_unlock(&sh_pool_lock);
+	return sh;
+}
+
 struct conn_shared *conn_shared_new(void)
 {
-	struct conn_shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
-	                              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct conn_shared *sh = sh_pool_take();
 
-	if (sh == MAP_FAILED)
+	if (sh)
+		memset(sh, 0, sizeof(*sh));
+	else if ((sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
+	                    MAP_SHARED | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED)
 		return NULL;
 	robust_init(&sh->tx_lock);
 	robust_init(&sh->rx_lock);
 	sh->holders = 1;
 	return sh;
+}
+
+void conn_shared_put(struct conn_shared *sh, int reusable)
+{
+	pthread_mutex_lock(&sh_pool_lock);
+	if (reusable && sh_pooled < SH_KEEP) {
+		sh_pool[sh_pooled].sh = sh;
+		sh_pool[sh_pooled].owner = getpid();
+		sh_pooled++;
+		sh = NULL;
+	}
+	pthread_mutex_unlock(&sh_pool_lock);
+	if (sh)
+		munmap(sh, sizeof(*sh));
 }
 
 void sh_lock(pthread_mutex_t *m)
@@ -245,59 +289,6 @@ void sh_lock(pthread_mutex_t *m)
 void sh_unlock(pthread_mutex_t *m)
 {
 	pthread_mutex_unlock(m);
-}
-
-struct ring_hdr *ring_create(uint32_t size, int *memfd)
-{
-	size_t len = ring_region_len(size);
-	struct ring_hdr *h;
-	int fd = memfd_create("smclo-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-
-	if (fd < 0)
-		return NULL;
-	if (ftruncate(fd, (off_t)len) < 0)
-		goto fail;
-	h = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (h == MAP_FAILED)
-		goto fail;
-	ring_hdr_init(h, size);
-	/*
-	 * Fixed size (no SIGBUS from a truncation) and no writable mapping for
-	 * anyone who gets the descriptor later: the peer can only read.
-	 */
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE |
-	          F_SEAL_SEAL) < 0) {
-		munmap(h, len);
-		goto fail;
-	}
-	*memfd = fd;
-	return h;
-fail:
-	sys_close(fd);
-	return NULL;
-}
-
-const struct ring_hdr *ring_map_peer(int memfd, uint32_t size, uint32_t use, uid_t *owner)
-{
-	const int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
-	struct stat st;
-	void *p;
-	int seals = fcntl(memfd, F_GET_SEALS);
-
-	/* a region the peer could still shrink could SIGBUS us */
-	if (seals < 0 || (seals & need) != need || use > size || !ring_size_valid(use))
-		return NULL;
-	if (fstat(memfd, &st) < 0 || (size_t)st.st_size != ring_region_len(size))
-		return NULL;
-	p = mmap(NULL, ring_region_len(use), PROT_READ, MAP_SHARED, memfd, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	if (ring_hdr_check(p, size) < 0) {
-		munmap(p, ring_region_len(use));
-		return NULL;
-	}
-	*owner = st.st_uid;
-	return p;
 }
 
 int fd_dup_hidden(int fd)

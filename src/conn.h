@@ -57,10 +57,12 @@ struct conn {
 	int inherited;                  /* came to this process through fork */
 	unsigned fork_gen;              /* last fork that counted us as a holder */
 	int domain;                     /* what SO_DOMAIN answers (AF_INET/6/AF_SMC) */
-	struct ring_hdr *tx;
-	const struct ring_hdr *rx;
+	struct region *region;          /* the shared memory both rings live in */
+	struct ring_hdr *tx;            /* our ring inside it */
+	const struct ring_hdr *rx;      /* the peer's */
 	uint32_t tx_size, rx_size;
 	struct conn_shared *sh;
+	int reusable;                   /* every holder in every process is gone */
 	struct stat_slot *slot;
 	struct ep local, peer;
 };
@@ -97,15 +99,9 @@ struct conn *conn_unbind_fd(int fd);
 void conn_for_each_fd(void (*fn)(int fd, struct conn *c, void *arg), void *arg);
 int conn_count(void);
 
-/* Shared memory of a new connection. */
+/* State shared by the processes holding a connection (fork). */
 struct conn_shared *conn_shared_new(void);
-struct ring_hdr *ring_create(uint32_t size, int *memfd);
-/*
- * Map the first @use data bytes of a sealed peer ring of data size @size,
- * read-only; *owner is the uid that created it (the kernel's word, not the
- * peer's).
- */
-const struct ring_hdr *ring_map_peer(int memfd, uint32_t size, uint32_t use, uid_t *owner);
+void conn_shared_put(struct conn_shared *sh, int reusable);
 
 /* Move @fd above the application's range, close-on-exec; returns new fd. */
 int fd_hide(int fd);

@@ -47,6 +47,7 @@
 #include "conn.h"
 #include "io.h"
 #include "log.h"
+#include "region.h"
 #include "registry.h"
 #include "sockopt.h"
 #include "sys.h"
@@ -166,7 +167,7 @@ static int wait_fd(int fd, short events, long deadline)
 
 /* ---- handshake messages ------------------------------------------------- */
 
-#define MAX_FDS 3
+#define MAX_FDS 2
 
 static int msg_send(int s, const union clc_msg *m, const int *fds, int nfds)
 {
@@ -241,13 +242,16 @@ static void decline_init(union clc_msg *m, uint64_t nonce, int reason)
 
 /* ---- checks on what the peer handed us ---------------------------------- */
 
-static int peer_uid_ok(int s)
+/* The process that made socket pair @s, if its user may attach; else -1. */
+static pid_t peer_pid_allowed(int s)
 {
 	struct ucred cr;
 	socklen_t l = sizeof(cr);
 
-	return sys_getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &l) == 0 &&
-	       config_uid_allowed(&cfg, cr.uid);
+	if (sys_getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &l) < 0 ||
+	    !config_uid_allowed(&cfg, cr.uid))
+		return -1;
+	return cr.pid;
 }
 
 /*
@@ -290,26 +294,20 @@ static struct conn *conn_tcp(int fd, int role, int reason, const struct ep *l,
 	return c;
 }
 
+/* The shared memory of a connection being set up. */
 struct shm_parts {
-	struct ring_hdr *tx;
-	const struct ring_hdr *rx;
-	uint32_t tx_size, rx_size;
+	struct region *region;
 	struct conn_shared *sh;
-	int tx_memfd;
+	uint32_t up, down;      /* ring data sizes, client->server and back */
 };
 
 static void parts_free(struct shm_parts *p)
 {
-	if (p->tx)
-		munmap(p->tx, ring_region_len(p->tx_size));
-	if (p->rx)
-		munmap((void *)p->rx, ring_region_len(p->rx_size));
+	if (p->region)
+		region_put(p->region, 0);
 	if (p->sh)
-		munmap(p->sh, sizeof(*p->sh));
-	if (p->tx_memfd >= 0)
-		sys_close(p->tx_memfd);
+		conn_shared_put(p->sh, 0);
 	memset(p, 0, sizeof(*p));
-	p->tx_memfd = -1;
 }
 
 /*
@@ -329,10 +327,18 @@ static void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
 	}
 	c->tcp_fd = tcp_fd;
 	c->domain = domain;
-	c->tx = p->tx;
-	c->rx = p->rx;
-	c->tx_size = p->tx_size;
-	c->rx_size = p->rx_size;
+	c->region = p->region;
+	if (role == ROLE_CLIENT) {
+		c->tx = region_up(p->region);
+		c->rx = region_down(p->region);
+		c->tx_size = p->up;
+		c->rx_size = p->down;
+	} else {
+		c->tx = region_down(p->region);
+		c->rx = region_up(p->region);
+		c->tx_size = p->down;
+		c->rx_size = p->up;
+	}
 	c->sh = p->sh;
 	c->sh->nonblock = nonblock;
 	c->local = *l;
@@ -341,12 +347,10 @@ static void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
 	if (c->slot) {
 		c->slot->local = *l;
 		c->slot->peer = *r;
-		c->slot->tx_ring = p->tx_size;
-		c->slot->rx_ring = p->rx_size;
+		c->slot->tx_ring = c->tx_size;
+		c->slot->rx_ring = c->rx_size;
 	}
 	stats_slot_decide(totals, c->slot, MODE_SHM, R_NONE);
-	if (p->tx_memfd >= 0)
-		sys_close(p->tx_memfd);
 	memset(p, 0, sizeof(*p));
 	conn_bind_fd(c, app_fd);
 	conn_put(c);
@@ -486,44 +490,42 @@ static int client_tcp_connect(struct client *cl, const struct sockaddr *sa, sock
 }
 
 /*
- * Wait for the server's ACCEPT (pair end, ring, TCP socket) or DECLINE on the
+ * Wait for the server's ACCEPT (pair end, TCP socket) or DECLINE on the
  * rendezvous socket; anything else that arrives there is dropped.
  */
-static int client_wait_accept(struct client *cl, union clc_msg *m, int fds[3])
+static int client_wait_accept(struct client *cl, union clc_msg *m, int fds[2])
 {
 	long deadline = now_ms() + cfg.handshake_ms;
 
 	do {
-		if (msg_recv(cl->rendezvous, CLC_ACCEPT, 0, m, fds, 3, deadline) == 0)
+		if (msg_recv(cl->rendezvous, CLC_ACCEPT, 0, m, fds, 2, deadline) == 0)
 			return m->hdr.type == CLC_DECLINE ? (int)m->decline.reason : R_NONE;
 	} while (now_ms() < deadline);
 	/* a last look before the socket goes: the answer may have landed just now */
 	registry_rendezvous_remove(registry_fd, cl->key);
-	if (msg_recv(cl->rendezvous, CLC_ACCEPT, 0, m, fds, 3, 0) == 0)
+	if (msg_recv(cl->rendezvous, CLC_ACCEPT, 0, m, fds, 2, 0) == 0)
 		return m->hdr.type == CLC_DECLINE ? (int)m->decline.reason : R_NONE;
 	return R_TIMEOUT;
 }
 
-/* After ACCEPT: check, map and build; CONFIRM over @pair commits us. */
-static int client_complete(struct client *cl, int pair, const union clc_msg *acc,
-                           int ring_fd, int tcp_fd, struct shm_parts *p)
+/* After ACCEPT: check, build the region; CONFIRM over @pair commits us. */
+static int client_complete(struct client *cl, int pair, const union clc_msg *acc, int tcp_fd,
+                           struct shm_parts *p)
 {
+	pid_t server = peer_pid_allowed(pair);
 	union clc_msg m;
-	uid_t owner;
 	int reason = R_NONE, out[2];
 
-	p->rx_size = acc->accept.ring_size < cfg.rx_max ? acc->accept.ring_size : cfg.rx_max;
-	if (!peer_uid_ok(pair))
+	if (server < 0)
 		reason = R_DIFF_USER;
 	else if (!proof_ok(&cl->src, &cl->dst, cl->netns, tcp_fd))
 		reason = R_PROOF_FAILED;
-	else if (!(p->rx = ring_map_peer(ring_fd, acc->accept.ring_size, p->rx_size, &owner)))
-		reason = R_HANDSHAKE_ERROR;
 	if (reason == R_NONE) {
-		p->tx_size = cfg.tx_size < acc->accept.rx_max ? cfg.tx_size : acc->accept.rx_max;
-		p->tx = ring_create(p->tx_size, &p->tx_memfd);
+		p->up = cfg.tx_size < acc->accept.rx_max ? cfg.tx_size : acc->accept.rx_max;
+		p->down = acc->accept.ring_size < cfg.rx_max ? acc->accept.ring_size : cfg.rx_max;
+		p->region = region_get(server, p->up, p->down, &out[0]);
 		p->sh = conn_shared_new();
-		if (!p->tx || !p->sh)
+		if (!p->region || !p->sh)
 			reason = R_NO_MEMORY;
 	}
 	if (reason != R_NONE) {
@@ -533,10 +535,9 @@ static int client_complete(struct client *cl, int pair, const union clc_msg *acc
 	}
 	clc_init(&m, CLC_CONFIRM, acc->hdr.nonce);
 	m.accept.pid = (uint32_t)getpid();
-	m.accept.ring_size = p->tx_size;
-	m.accept.rx_max = p->rx_size;
+	m.accept.ring_size = p->up;
+	m.accept.rx_max = p->down;
 	m.accept.netns = cl->netns;
-	out[0] = p->tx_memfd;
 	out[1] = cl->fd;
 	/* fails (EPIPE) only if the server gave up first: then both use TCP */
 	return msg_send(pair, &m, out, 2) == 0 ? R_NONE : R_TIMEOUT;
@@ -570,18 +571,18 @@ static int client_fallback(struct client *cl, int reason)
 }
 
 /* ACCEPT arrived: finish, or fall back; returns connect()'s result. */
-static int client_finish(struct client *cl, union clc_msg *acc, int fds[3])
+static int client_finish(struct client *cl, union clc_msg *acc, int fds[2])
 {
-	struct shm_parts parts = { .tx_memfd = -1 };
-	int reason = client_complete(cl, fds[0], acc, fds[1], fds[2], &parts);
+	struct shm_parts parts = { 0 };
+	int reason = client_complete(cl, fds[0], acc, fds[1], &parts);
 
-	close_fds(fds + 1, 2);
+	sys_close(fds[1]);
 	if (reason != R_NONE) {
 		sys_close(fds[0]);
 		parts_free(&parts);
 		return client_fallback(cl, reason);
 	}
-	DBG("connect fd %d: shm (ring tx %u rx %u)", cl->fd, parts.tx_size, parts.rx_size);
+	DBG("connect fd %d: shm (ring tx %u rx %u)", cl->fd, parts.up, parts.down);
 	client_install(cl, fds[0], &parts);
 	return 0;
 }
@@ -590,7 +591,7 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	struct client cl = { .fd = fd, .rendezvous = -1 };
 	union clc_msg acc;
-	int reason, timed_out, fds[3];
+	int reason, timed_out, fds[2];
 
 	if (ep_from_sockaddr(&cl.dst, sa, len) < 0)
 		return sys_connect(fd, sa, len);
@@ -693,34 +694,28 @@ static int server_precheck(void)
 	return R_NONE;
 }
 
-/* Build our half and send ACCEPT; on success sv->s is our end of the pair. */
+/* Send ACCEPT; on success sv->s is our end of the pair. */
 static int server_offer(struct server *sv, struct shm_parts *p)
 {
 	static _Atomic uint64_t nonces;
 	int type = SOCK_SEQPACKET | (sv->flags & (SOCK_NONBLOCK | SOCK_CLOEXEC));
 	union clc_msg m;
-	int pair[2], fds[3], rc;
+	int pair[2], fds[2], rc;
 
-	p->tx_size = cfg.tx_size;
-	p->tx = ring_create(p->tx_size, &p->tx_memfd);
-	p->sh = conn_shared_new();
-	if (!p->tx || !p->sh)
+	if (!(p->sh = conn_shared_new()))
 		return R_NO_MEMORY;
 	if (sys_socketpair(AF_UNIX, type, 0, pair) < 0)
 		return R_HANDSHAKE_ERROR;
 	sv->nonce = atomic_fetch_add(&nonces, 1) + 1;
 	clc_init(&m, CLC_ACCEPT, sv->nonce);
 	m.accept.pid = (uint32_t)getpid();
-	m.accept.ring_size = p->tx_size;
+	m.accept.ring_size = cfg.tx_size;
 	m.accept.rx_max = cfg.rx_max;
 	m.accept.netns = sv->netns;
 	fds[0] = pair[1];
-	fds[1] = p->tx_memfd;
-	fds[2] = sv->fd;
-	rc = server_send(sv, &m, fds, 3);
+	fds[1] = sv->fd;
+	rc = server_send(sv, &m, fds, 2);
 	sys_close(pair[1]);
-	sys_close(p->tx_memfd);
-	p->tx_memfd = -1;
 	if (rc < 0) {
 		sys_close(pair[0]);
 		return R_PEER_WITHDREW;
@@ -729,26 +724,21 @@ static int server_offer(struct server *sv, struct shm_parts *p)
 	return R_NONE;
 }
 
-/* CONFIRM arrived: check the client's half and take it. */
-static int server_take(struct server *sv, const union clc_msg *m, int ring_fd, int tcp_fd,
+/* CONFIRM arrived: check the client's region and take it. */
+static int server_take(struct server *sv, const union clc_msg *m, int region_fd, int tcp_fd,
                        struct shm_parts *p)
 {
-	uint32_t use = m->accept.rx_max;     /* how much of our ring the client maps */
 	uid_t owner;
 
 	if (!proof_ok(&sv->local, &sv->peer, sv->netns, tcp_fd))
 		return R_PROOF_FAILED;
-	if (m->accept.ring_size > cfg.rx_max || use > p->tx_size ||
-	    !(p->rx = ring_map_peer(ring_fd, m->accept.ring_size, m->accept.ring_size, &owner)))
+	p->up = m->accept.ring_size;
+	p->down = m->accept.rx_max;
+	/* sizes the client chose within what we offered */
+	if (p->up > cfg.rx_max || p->down > cfg.tx_size ||
+	    !(p->region = region_map(region_fd, p->up, p->down, &owner)))
 		return R_HANDSHAKE_ERROR;
-	p->rx_size = m->accept.ring_size;
-	if (!config_uid_allowed(&cfg, owner))
-		return R_DIFF_USER;
-	if (use < p->tx_size) {         /* the client maps less: give back the rest */
-		munmap((char *)p->tx + ring_region_len(use), p->tx_size - use);
-		p->tx_size = use;
-	}
-	return R_NONE;
+	return config_uid_allowed(&cfg, owner) ? R_NONE : R_DIFF_USER;
 }
 
 /*
@@ -794,7 +784,7 @@ static int server_decline(struct server *sv, int reason)
 /* Everything after the client showed up; returns the application's fd. */
 static int server_handshake(struct server *sv)
 {
-	struct shm_parts parts = { .tx_memfd = -1 };
+	struct shm_parts parts = { 0 };
 	int reason = server_precheck(), domain;
 
 	if (reason != R_NONE)
@@ -808,7 +798,7 @@ static int server_handshake(struct server *sv)
 		parts_free(&parts);
 		return server_fallback(sv, reason);
 	}
-	DBG("accept fd %d: shm (ring tx %u rx %u)", sv->s, parts.tx_size, parts.rx_size);
+	DBG("accept fd %d: shm (ring tx %u rx %u)", sv->s, parts.down, parts.up);
 	domain = domain_of(sv->fd);
 	so_copy_timeouts(sv->fd, sv->s);
 	fd_set_flags(sv->fd, 0);

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,11 +198,74 @@ static int match_listener(int dirfd, const char *sub, const char *name, void *ar
 	return m == LM_SAME_NETNS;          /* cannot do better */
 }
 
+/*
+ * Answers are cached: every connect() would otherwise list l/ and parse
+ * every name in it.  An answer holds while l/ has not changed (its mtime
+ * moves with every entry added or removed); a positive one for at most
+ * LOOKUP_TTL_NS, since a listener that crashed leaves its entry behind
+ * until someone collects it.  The mtime comes from a coarse clock, so an
+ * answer is only kept when l/ was last changed well before the scan began:
+ * a change after the scan then always shows as a newer mtime.
+ */
+#define LOOKUP_CACHE   8
+#define LOOKUP_TTL_NS  1000000000LL
+#define LOOKUP_QUIET_NS 50000000LL
+
+struct lookup {
+	struct ep dst;
+	uint64_t netns;
+	struct timespec dir_mtime;
+	long long at;
+	enum listener_match m;
+	int dirfd;
+};
+
+static struct lookup lookups[LOOKUP_CACHE];
+static unsigned lookup_next;
+static pthread_mutex_t lookup_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static long long clock_ns(clockid_t clk)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int lookup_fresh(const struct lookup *l, int dirfd, const struct ep *dst, uint64_t netns,
+                        const struct timespec *mtime, long long now)
+{
+	return l->dirfd == dirfd && l->netns == netns && ep_equal(&l->dst, dst) &&
+	       l->dir_mtime.tv_sec == mtime->tv_sec && l->dir_mtime.tv_nsec == mtime->tv_nsec &&
+	       (l->m == LM_NONE || now - l->at < LOOKUP_TTL_NS);
+}
+
 enum listener_match registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns)
 {
 	struct find_state f = { .dst = dst, .my_netns = my_netns, .best = LM_NONE };
+	long long now = clock_ns(CLOCK_MONOTONIC), scan_start;
+	struct stat st;
+	int have_mtime = fstatat(dirfd, "l", &st, 0) == 0;
 
+	pthread_mutex_lock(&lookup_lock);
+	for (unsigned i = 0; have_mtime && i < LOOKUP_CACHE; i++)
+		if (lookup_fresh(&lookups[i], dirfd, dst, my_netns, &st.st_mtim, now)) {
+			f.best = lookups[i].m;
+			pthread_mutex_unlock(&lookup_lock);
+			return f.best;
+		}
+	pthread_mutex_unlock(&lookup_lock);
+	scan_start = clock_ns(CLOCK_REALTIME);
 	registry_for_each(dirfd, "l", match_listener, &f);
+	/* our own scan may have removed dead entries: look at l/ again */
+	if (have_mtime && fstatat(dirfd, "l", &st, 0) == 0 &&
+	    scan_start - (st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec) > LOOKUP_QUIET_NS) {
+		pthread_mutex_lock(&lookup_lock);
+		lookups[lookup_next++ % LOOKUP_CACHE] = (struct lookup){
+			.dst = *dst, .netns = my_netns, .dir_mtime = st.st_mtim, .at = now,
+			.m = f.best, .dirfd = dirfd };
+		pthread_mutex_unlock(&lookup_lock);
+	}
 	return f.best;
 }
 

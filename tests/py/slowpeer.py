@@ -1,7 +1,8 @@
 """Peers that are late on purpose, for the handshake-decision tests.
 
-    slowpeer.py server PORT DELAY    listen, sleep DELAY s, accept one connection, echo
-    slowpeer.py client PORT NBYTES   connect, send NBYTES, read the echo, print its sha256
+    slowpeer.py server PORT GATE     listen; accept one connection once the file
+                                     GATE exists; echo it
+    slowpeer.py client PORT NBYTES   connect, send NBYTES, read the echo, print both sha256
 """
 import hashlib
 import os
@@ -18,8 +19,10 @@ def main():
         s.bind(("127.0.0.1", port))
         s.listen(4)
         print("ready", flush=True)
-        time.sleep(float(sys.argv[3]))
+        while not os.path.exists(sys.argv[3]):
+            time.sleep(0.01)
         c, _ = s.accept()
+        print("accepted", flush=True)
         while True:
             d = c.recv(1 << 16)
             if not d:
@@ -28,8 +31,9 @@ def main():
         c.close()
     else:
         n = int(sys.argv[3])
-        c = socket.create_connection(("127.0.0.1", port))
         data = os.urandom(n)
+        print("connecting", flush=True)
+        c = socket.create_connection(("127.0.0.1", port))
         c.sendall(data)
         c.shutdown(socket.SHUT_WR)
         got = bytearray()

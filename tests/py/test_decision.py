@@ -9,45 +9,49 @@ from conftest import PY, free_port, wait_port
 SLOW = os.path.join(os.path.dirname(__file__), "slowpeer.py")
 
 
-def echo_ok(out):
-    got, sent = out.split()
-    return got == sent
-
-
-def test_client_gives_up_first(reg, procs):
-    """The server accepts after the client's timeout: the client's rendezvous
-    is gone, so the server finds nobody to answer and both use TCP."""
+def start_pair(reg, procs, tmp_path, server_ms, client_ms):
     port = free_port()
-    srv = procs.start([PY, SLOW, "server", str(port), "0.6"], env=reg.env)
+    gate = tmp_path / "gate"
+    srv = procs.start([PY, SLOW, "server", str(port), str(gate)],
+                      env=dict(reg.env, SMCLO_HANDSHAKE_MS=str(server_ms)), text=True)
+    assert srv.stdout.readline().strip() == "ready"
     wait_port(port, proc=srv)
     cli = procs.start([PY, SLOW, "client", str(port), "300000"],
-                      env=dict(reg.env, SMCLO_HANDSHAKE_MS="100"), text=True)
-    out, _ = cli.communicate(timeout=30)
-    assert cli.returncode == 0 and echo_ok(out)
+                      env=dict(reg.env, SMCLO_HANDSHAKE_MS=str(client_ms)), text=True)
+    assert cli.stdout.readline().strip() == "connecting"
+    return srv, cli, gate
+
+
+def finish(reg, srv, cli):
+    got, sent = cli.stdout.readline().split()
+    cli.wait(timeout=30)
     srv.wait(timeout=10)
+    assert cli.returncode == 0 and got == sent
     st = reg.stats()
     assert st["accelerated_client"] == 0 and st["accelerated_server"] == 0, st
+    return st
+
+
+def test_client_gives_up_first(reg, procs, tmp_path):
+    """The server accepts after the client's timeout: the client's rendezvous
+    is gone, so the server finds nobody to answer and both use TCP."""
+    srv, cli, gate = start_pair(reg, procs, tmp_path, 10000, 100)
+    time.sleep(0.6)                      # well past the client's 100 ms
+    gate.touch()
+    st = finish(reg, srv, cli)
     assert st["fallback_by_reason"]["timeout"] == 1, st           # the client
     assert st["fallback_by_reason"]["peer-no-smclo"] == 1, st     # the server
 
 
-def test_server_gives_up_first(reg, procs):
+def test_server_gives_up_first(reg, procs, tmp_path):
     """The client is stopped while the server's ACCEPT waits in its queue;
     the server stops waiting for CONFIRM and takes TCP, and the client, once
     resumed, cannot deliver its CONFIRM (EPIPE) and stays on TCP too."""
-    port = free_port()
-    srv = procs.start([PY, SLOW, "server", str(port), "0.5"],
-                      env=dict(reg.env, SMCLO_HANDSHAKE_MS="100"))
-    wait_port(port, proc=srv)
-    cli = procs.start([PY, SLOW, "client", str(port), "300000"],
-                      env=dict(reg.env, SMCLO_HANDSHAKE_MS="10000"), text=True)
-    time.sleep(0.25)                     # the client waits for ACCEPT by now
+    srv, cli, gate = start_pair(reg, procs, tmp_path, 100, 10000)
+    time.sleep(0.3)                      # the client waits for ACCEPT by now
     os.killpg(cli.pid, signal.SIGSTOP)
-    time.sleep(1.0)                      # the server answered and gave up
+    gate.touch()
+    assert srv.stdout.readline().strip() == "accepted"   # after its 100 ms wait
     os.killpg(cli.pid, signal.SIGCONT)
-    out, _ = cli.communicate(timeout=30)
-    assert cli.returncode == 0 and echo_ok(out)
-    srv.wait(timeout=10)
-    st = reg.stats()
-    assert st["accelerated_client"] == 0 and st["accelerated_server"] == 0, st
+    st = finish(reg, srv, cli)
     assert st["fallback_by_reason"]["timeout"] == 2, st

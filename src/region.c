@@ -1,0 +1,238 @@
+/*
+ * region.c - the pool of connection regions (see region.h).
+ *
+ * One list per process holds both kinds: regions we created (kept with
+ * their memfd, to hand to the same peer again) and peers' regions we mapped
+ * (kept with their identity, to recognise them).  The list is short (at
+ * most KEEP_MAX idle entries) and only touched at connect, accept and
+ * close, so a mutex and a linear walk are all it needs.
+ */
+#include "region.h"
+
+#include "conn.h"
+#include "sys.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#define KEEP_MAX 16     /* idle regions kept per process */
+
+struct region {
+	struct region *next;
+	uint8_t *base;
+	size_t len;
+	uint32_t up, down;
+	int mine;               /* created here (client) or mapped (server) */
+	int memfd;              /* mine: the descriptor handed to the peer */
+	pid_t peer;             /* mine: the only process it goes to */
+	dev_t dev;              /* theirs: identity of the memfd */
+	ino_t ino;
+	pid_t owner;            /* the process whose list this is */
+	int refs;               /* connections of this process using it */
+	int closed_by_us;       /* mine: our side of its last connection is done */
+	uint64_t idle_since;    /* LRU order among idle entries */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct region *list;
+static uint64_t clock_ticks;
+
+static size_t layout_len(uint32_t up, uint32_t down)
+{
+	return ring_region_len(up) + ring_region_len(down);
+}
+
+struct ring_hdr *region_up(struct region *r)
+{
+	return (struct ring_hdr *)r->base;
+}
+
+struct ring_hdr *region_down(struct region *r)
+{
+	return (struct ring_hdr *)(r->base + ring_region_len(r->up));
+}
+
+static void destroy(struct region *r)
+{
+	munmap(r->base, r->len);
+	if (r->memfd >= 0)
+		sys_close(r->memfd);
+	free(r);
+}
+
+static void unlink_entry(struct region *r)
+{
+	for (struct region **pp = &list; *pp; pp = &(*pp)->next)
+		if (*pp == r) {
+			*pp = r->next;
+			return;
+		}
+}
+
+/* Entries copied from a parent by fork are the parent's: never reuse them. */
+static int usable(const struct region *r)
+{
+	return r->owner == getpid() && r->refs == 0;
+}
+
+/* Mine, idle, and the peer has published CLOSED on its last connection. */
+static int reusable_for(const struct region *r, pid_t peer, uint32_t up, uint32_t down)
+{
+	const struct ring_hdr *d;
+
+	if (!r->mine || !usable(r) || !r->closed_by_us || r->peer != peer ||
+	    r->up != up || r->down != down)
+		return 0;
+	d = (const struct ring_hdr *)(r->base + ring_region_len(up));
+	return (atomic_load_explicit(&d->flags, memory_order_acquire) & RING_F_CLOSED) != 0;
+}
+
+static struct region *create(uint32_t up, uint32_t down)
+{
+	struct region *r = calloc(1, sizeof(*r));
+	int fd = memfd_create("smclo-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (!r || fd < 0)
+		goto fail;
+	r->len = layout_len(up, down);
+	if (ftruncate(fd, (off_t)r->len) < 0)
+		goto fail;
+	r->base = mmap(NULL, r->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (r->base == MAP_FAILED)
+		goto fail;
+	/* fixed size: a mapping of it can never SIGBUS */
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		munmap(r->base, r->len);
+		goto fail;
+	}
+	r->memfd = fd_hide(fd);
+	r->mine = 1;
+	r->up = up;
+	r->down = down;
+	return r;
+fail:
+	if (fd >= 0)
+		sys_close(fd);
+	free(r);
+	return NULL;
+}
+
+/* Drop the least recently idle entries beyond KEEP_MAX (lock held). */
+static void trim(void)
+{
+	for (;;) {
+		struct region *old = NULL;
+		int idle = 0;
+
+		for (struct region *r = list; r; r = r->next)
+			if (r->refs == 0) {
+				idle++;
+				if (!old || r->idle_since < old->idle_since)
+					old = r;
+			}
+		if (idle <= KEEP_MAX)
+			return;
+		unlink_entry(old);
+		destroy(old);
+	}
+}
+
+struct region *region_get(pid_t peer, uint32_t up, uint32_t down, int *memfd)
+{
+	struct region *r;
+
+	pthread_mutex_lock(&lock);
+	for (r = list; r && !reusable_for(r, peer, up, down); r = r->next)
+		;
+	if (!r && (r = create(up, down)) != NULL) {
+		r->next = list;
+		list = r;
+	}
+	if (r) {
+		r->refs = 1;
+		r->peer = peer;
+		r->owner = getpid();
+		r->closed_by_us = 0;
+		ring_hdr_init(region_up(r), up);
+		ring_hdr_init(region_down(r), down);
+		*memfd = r->memfd;
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+static struct region *map_new(int memfd, const struct stat *st, uint32_t up, uint32_t down)
+{
+	const int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+	struct region *r;
+	int seals = fcntl(memfd, F_GET_SEALS);
+
+	/* a region the client could still shrink could SIGBUS us */
+	if (seals < 0 || (seals & need) != need || !(r = calloc(1, sizeof(*r))))
+		return NULL;
+	r->len = layout_len(up, down);
+	r->base = mmap(NULL, r->len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (r->base == MAP_FAILED) {
+		free(r);
+		return NULL;
+	}
+	r->memfd = -1;
+	r->up = up;
+	r->down = down;
+	r->dev = st->st_dev;
+	r->ino = st->st_ino;
+	r->next = list;
+	list = r;
+	return r;
+}
+
+struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner)
+{
+	struct region *r;
+	struct stat st;
+
+	if (!ring_size_valid(up) || !ring_size_valid(down) || fstat(memfd, &st) < 0 ||
+	    (size_t)st.st_size != layout_len(up, down))
+		return NULL;
+	pthread_mutex_lock(&lock);
+	for (r = list; r; r = r->next)
+		if (!r->mine && r->dev == st.st_dev && r->ino == st.st_ino &&
+		    r->up == up && r->down == down && usable(r))
+			break;
+	if (!r)
+		r = map_new(memfd, &st, up, down);
+	if (r) {
+		r->refs = 1;
+		r->owner = getpid();
+	}
+	pthread_mutex_unlock(&lock);
+	/* the client wrote the headers: check them like everything else of its */
+	if (r && (ring_hdr_check(region_up(r), up) < 0 || ring_hdr_check(region_down(r), down) < 0)) {
+		region_put(r, 0);
+		return NULL;
+	}
+	if (r)
+		*owner = st.st_uid;
+	return r;
+}
+
+void region_put(struct region *r, int reusable)
+{
+	pthread_mutex_lock(&lock);
+	if (--r->refs > 0) {
+		pthread_mutex_unlock(&lock);
+		return;
+	}
+	if (!reusable || r->owner != getpid() || (r->mine && r->peer == 0)) {
+		unlink_entry(r);
+		destroy(r);
+	} else {
+		r->closed_by_us = 1;
+		r->idle_since = ++clock_ticks;
+		trim();
+	}
+	pthread_mutex_unlock(&lock);
+}

@@ -1,0 +1,43 @@
+/*
+ * region.h - the shared memory of accelerated connections, reused across
+ * connections between the same two processes (the page_frag idea of seed
+ * 002, and the kernel's DMB reuse).
+ *
+ * A region holds both rings of one connection: the client->server ring
+ * ("up") and the server->client ring ("down"), each a 4 KiB header and a
+ * power-of-two data area.  The client creates it (a sealed memfd: fixed size,
+ * so no SIGBUS) and hands it to the server, which maps it.
+ *
+ * Reuse without leaks: a region is only ever handed to one peer process (the
+ * server's pid, as SO_PEERCRED reports it), so everything it ever held was
+ * meant for that process.  It is taken again only once every holder of the
+ * old connection is gone on our side and the server has published CLOSED in
+ * the down ring, so the server no longer reads or writes it.  The server
+ * keeps the mapping of a recently seen region and recognises the same memfd
+ * (device and inode) next time, so neither side maps, unmaps or faults in
+ * pages per connection once warm.
+ */
+#ifndef SMCLO_REGION_H
+#define SMCLO_REGION_H
+
+#include "ring.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+struct region;
+
+/* Client: a region for a connection to @peer (0: unknown, not reused). */
+struct region *region_get(pid_t peer, uint32_t up, uint32_t down, int *memfd);
+/* Server: map the client's region from @memfd; *owner is its creator's uid. */
+struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner);
+/*
+ * A connection of this process is done with @r.  @reusable: every holder of
+ * the connection, in every process, is gone.
+ */
+void region_put(struct region *r, int reusable);
+
+struct ring_hdr *region_up(struct region *r);
+struct ring_hdr *region_down(struct region *r);
+
+#endif
