@@ -235,7 +235,7 @@ static pthread_mutex_t sh_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct conn_shared *sh_pool_take(void)
 {
 	struct conn_shared *sh = NULL;
-	pid_t me = getpid();
+	pid_t me = sys_getpid();
 
 	pthread_mutex_lock(&sh_pool_lock);
 	while (sh_pooled > 0 && !sh) {
@@ -269,7 +269,7 @@ void conn_shared_put(struct conn_shared *sh, int reusable)
 	pthread_mutex_lock(&sh_pool_lock);
 	if (reusable && sh_pooled < SH_KEEP) {
 		sh_pool[sh_pooled].sh = sh;
-		sh_pool[sh_pooled].owner = getpid();
+		sh_pool[sh_pooled].owner = sys_getpid();
 		sh_pooled++;
 		sh = NULL;
 	}

@@ -50,6 +50,7 @@
 #include "region.h"
 #include "registry.h"
 #include "sockopt.h"
+#include "spin.h"
 #include "sys.h"
 
 #include <dirent.h>
@@ -150,6 +151,8 @@ static int io_uring_in_use(void)
 
 static int wait_fd(int fd, short events, long deadline)
 {
+	if (deadline > now_ms() && spin_poll(fd, events))
+		return 0;
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = events };
 		long left = deadline - now_ms();
@@ -534,7 +537,7 @@ static int client_complete(struct client *cl, int pair, const union clc_msg *acc
 		return reason;
 	}
 	clc_init(&m, CLC_CONFIRM, acc->hdr.nonce);
-	m.accept.pid = (uint32_t)getpid();
+	m.accept.pid = (uint32_t)sys_getpid();
 	m.accept.ring_size = p->up;
 	m.accept.rx_max = p->down;
 	m.accept.netns = cl->netns;
@@ -555,7 +558,8 @@ static void client_install(struct client *cl, int s, struct shm_parts *p)
 	tcp = fd_dup_hidden(cl->fd);
 	sys_dup3(s, cl->fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 	sys_close(s);
-	sys_fcntl(cl->fd, F_SETFL, (fl & O_NONBLOCK) ? O_NONBLOCK : 0);
+	if (fl & O_NONBLOCK)            /* the server hands its end over blocking */
+		sys_fcntl(cl->fd, F_SETFL, O_NONBLOCK);
 	conn_shm(cl->fd, tcp, ROLE_CLIENT, p, &cl->src, &cl->dst, domain, (fl & O_NONBLOCK) != 0);
 }
 
@@ -698,7 +702,8 @@ static int server_precheck(void)
 static int server_offer(struct server *sv, struct shm_parts *p)
 {
 	static _Atomic uint64_t nonces;
-	int type = SOCK_SEQPACKET | (sv->flags & (SOCK_NONBLOCK | SOCK_CLOEXEC));
+	/* both ends start blocking: the client's end then needs no fcntl */
+	int type = SOCK_SEQPACKET | (sv->flags & SOCK_CLOEXEC);
 	union clc_msg m;
 	int pair[2], fds[2], rc;
 
@@ -708,7 +713,7 @@ static int server_offer(struct server *sv, struct shm_parts *p)
 		return R_HANDSHAKE_ERROR;
 	sv->nonce = atomic_fetch_add(&nonces, 1) + 1;
 	clc_init(&m, CLC_ACCEPT, sv->nonce);
-	m.accept.pid = (uint32_t)getpid();
+	m.accept.pid = (uint32_t)sys_getpid();
 	m.accept.ring_size = cfg.tx_size;
 	m.accept.rx_max = cfg.rx_max;
 	m.accept.netns = sv->netns;
@@ -801,6 +806,8 @@ static int server_handshake(struct server *sv)
 	DBG("accept fd %d: shm (ring tx %u rx %u)", sv->s, parts.down, parts.up);
 	domain = domain_of(sv->fd);
 	so_copy_timeouts(sv->fd, sv->s);
+	if (sv->flags & SOCK_NONBLOCK)
+		sys_fcntl(sv->s, F_SETFL, O_NONBLOCK);
 	fd_set_flags(sv->fd, 0);
 	conn_shm(sv->s, fd_hide(sv->fd), ROLE_SERVER, &parts, &sv->local, &sv->peer, domain,
 	         (sv->flags & SOCK_NONBLOCK) != 0);

@@ -5,15 +5,19 @@
  */
 #include "log.h"
 
+#include "sys.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+pid_t sys_pid_cached;
+
 void log_write(const char *fmt, ...)
 {
 	char buf[512];
-	int n = snprintf(buf, sizeof(buf), "smclo[%d]: ", (int)getpid());
+	int n = snprintf(buf, sizeof(buf), "smclo[%d]: ", (int)sys_getpid());
 	va_list ap;
 
 	va_start(ap, fmt);

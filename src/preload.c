@@ -74,6 +74,7 @@ static void count_fork_holder(int fd, struct conn *c, void *arg)
 
 static void after_fork_child(void)
 {
+	sys_pid_forget();
 	if (!smclo_active)
 		return;
 	fork_generation++;

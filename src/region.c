@@ -75,7 +75,7 @@ static void unlink_entry(struct region *r)
 /* Entries copied from a parent by fork are the parent's: never reuse them. */
 static int usable(const struct region *r)
 {
-	return r->owner == getpid() && r->refs == 0;
+	return r->owner == sys_getpid() && r->refs == 0;
 }
 
 /* Mine, idle, and the peer has published CLOSED on its last connection. */
@@ -154,7 +154,7 @@ struct region *region_get(pid_t peer, uint32_t up, uint32_t down, int *memfd)
 	if (r) {
 		r->refs = 1;
 		r->peer = peer;
-		r->owner = getpid();
+		r->owner = sys_getpid();
 		r->closed_by_us = 0;
 		ring_hdr_init(region_up(r), up);
 		ring_hdr_init(region_down(r), down);
@@ -206,7 +206,7 @@ struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner)
 		r = map_new(memfd, &st, up, down);
 	if (r) {
 		r->refs = 1;
-		r->owner = getpid();
+		r->owner = sys_getpid();
 	}
 	pthread_mutex_unlock(&lock);
 	/* the client wrote the headers: check them like everything else of its */
@@ -226,7 +226,7 @@ void region_put(struct region *r, int reusable)
 		pthread_mutex_unlock(&lock);
 		return;
 	}
-	if (!reusable || r->owner != getpid() || (r->mine && r->peer == 0)) {
+	if (!reusable || r->owner != sys_getpid() || (r->mine && r->peer == 0)) {
 		unlink_entry(r);
 		destroy(r);
 	} else {

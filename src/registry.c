@@ -119,7 +119,7 @@ static uint64_t random64(void)
 	uint64_t v = 0;
 
 	if (syscall(SYS_getrandom, &v, sizeof(v), 0) != sizeof(v))
-		v = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
+		v = (uint64_t)sys_getpid() << 32 ^ (uint64_t)time(NULL);
 	return v;
 }
 
@@ -129,7 +129,7 @@ int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsi
 
 	ep_ip_hex(addr, ip);
 	snprintf(name, sizeof(name), "%u.%016llx.%s.%u.%d.%08llx", addr->port,
-	         (unsigned long long)netns, ip, flags, (int)getpid(),
+	         (unsigned long long)netns, ip, flags, (int)sys_getpid(),
 	         (unsigned long long)(random64() & 0xffffffffu));
 	return registry_lock_create(dirfd, "l", name);
 }

@@ -6,6 +6,7 @@
 #include "sys.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -54,20 +55,27 @@ static int cores_oversubscribed(long long now, int ncpu)
 	return atomic_load(&busy);
 }
 
-int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
-                    const _Atomic uint32_t *flags)
+/* The end of a spin starting now, or 0 when spinning does not pay. */
+static long long spin_deadline(void)
 {
 	static int ncpu;
-	long long until;
+	long long now;
 
 	if (!ncpu)
 		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	if (ncpu < 2 || nonblock)
+	if (ncpu < 2)
 		return 0;
-	until = mono_ns();
-	if (cores_oversubscribed(until, ncpu))
+	now = mono_ns();
+	return cores_oversubscribed(now, ncpu) ? 0 : now + SPIN_NS;
+}
+
+int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
+                    const _Atomic uint32_t *flags)
+{
+	long long until;
+
+	if (nonblock || !(until = spin_deadline()))
 		return 0;
-	until += SPIN_NS;
 	do {
 		/* clock_gettime is a vDSO call, still worth amortising */
 		for (int i = 0; i < 64; i++) {
@@ -76,6 +84,20 @@ int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
 				return 1;
 			__builtin_ia32_pause();
 		}
+	} while (mono_ns() < until);
+	return 0;
+}
+
+int spin_poll(int fd, short events)
+{
+	long long until = spin_deadline();
+	struct pollfd p = { .fd = fd, .events = events };
+
+	if (!until)
+		return 0;
+	do {
+		if (sys_poll(&p, 1, 0) > 0)
+			return 1;
 	} while (mono_ns() < until);
 	return 0;
 }

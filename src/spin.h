@@ -25,4 +25,11 @@
 int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
                     const _Atomic uint32_t *flags);
 
+/*
+ * The handshake's version: poll @fd without sleeping for at most SPIN_NS
+ * (the peer's answer is a few microseconds of work away).  Returns 1 once
+ * @events are pending, 0 if the caller should sleep.
+ */
+int spin_poll(int fd, short events);
+
 #endif

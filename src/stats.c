@@ -2,6 +2,7 @@
  * stats.c - per-process connection tables and registry-wide totals (stats.h).
  */
 #include "stats.h"
+#include "sys.h"
 
 #include "registry.h"
 
@@ -76,7 +77,7 @@ struct stat_table *stats_table(int dirfd, char *name_out, size_t len)
 
 		if (syscall(SYS_getrandom, &rnd, sizeof(rnd), 0) != sizeof(rnd))
 			rnd = (uint32_t)time(NULL);
-		snprintf(my_table_name, sizeof(my_table_name), "%d.%08x", (int)getpid(), rnd);
+		snprintf(my_table_name, sizeof(my_table_name), "%d.%08x", (int)sys_getpid(), rnd);
 		fd = registry_lock_create(dirfd, "c", my_table_name);
 		if (fd < 0)
 			return NULL;
@@ -90,7 +91,7 @@ struct stat_table *stats_table(int dirfd, char *name_out, size_t len)
 			return NULL;
 		}
 		my_table->magic = TABLE_MAGIC;
-		my_table->pid = getpid();
+		my_table->pid = sys_getpid();
 		my_table->nslots = TABLE_SLOTS;
 		my_table_fd = fd;   /* held open: the lock says we are alive */
 	}
@@ -124,7 +125,7 @@ struct stat_slot *stats_slot_alloc(struct stat_table *t, int fd, int role)
 			continue;
 		if (!atomic_compare_exchange_strong(&s->in_use, &expect, 1))
 			continue;
-		s->pid = getpid();
+		s->pid = sys_getpid();
 		s->fd = fd;
 		s->mode = MODE_PENDING;
 		s->role = (uint8_t)role;
@@ -188,7 +189,7 @@ static int fold_if_dead(int dirfd, const char *sub, const char *name, void *arg)
 	if (!is_table_name(name) || registry_is_locked(dirfd, sub, name) != 0)
 		return 0;
 	snprintf(from, sizeof(from), "%s/%s", sub, name);
-	snprintf(to, sizeof(to), "%s/.dead.%d.%s", sub, (int)getpid(), name);
+	snprintf(to, sizeof(to), "%s/.dead.%d.%s", sub, (int)sys_getpid(), name);
 	if (renameat(dirfd, from, dirfd, to) < 0)
 		return 0;   /* someone else is folding it */
 	tfd = openat(dirfd, to, O_RDWR | O_CLOEXEC);

@@ -123,4 +123,22 @@ static inline int sys_fcntl(int fd, int c, long a)
 #define SO_NETNS_COOKIE 71
 #endif
 
+/*
+ * getpid() is a system call and the answer only changes in a fork child,
+ * which calls sys_pid_forget() from its atfork handler.
+ */
+extern pid_t sys_pid_cached;
+
+static inline pid_t sys_getpid(void)
+{
+	if (!sys_pid_cached)
+		sys_pid_cached = (pid_t)syscall(SYS_getpid);
+	return sys_pid_cached;
+}
+
+static inline void sys_pid_forget(void)
+{
+	sys_pid_cached = 0;
+}
+
 #endif
