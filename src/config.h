@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define SMCLO_DEFAULT_RING (256u << 10)   /* measured with `smclo bench`: docs/performance.md */
+#define SMCLO_DEFAULT_RING (1u << 20)     /* measured with `smclo bench`: docs/performance.md */
 #define SMCLO_DEFAULT_HANDSHAKE_MS 300
 #define SMCLO_DEFAULT_MAX_CONNS 5000      /* the kernel's loopback-ism DMB limit */
 #define SMCLO_MAX_ALLOW_UIDS 16

@@ -18,7 +18,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#define KEEP_MAX 16     /* idle regions kept per process */
+#define KEEP_MAX 8      /* idle regions kept per process */
 
 struct region {
 	struct region *next;
