@@ -140,6 +140,12 @@ static void trim(void)
 	}
 }
 
+static void count(_Atomic uint64_t *counter)
+{
+	if (counter)
+		atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+}
+
 struct region *region_get(pid_t peer, uint32_t up, uint32_t down, int *memfd)
 {
 	struct region *r;
@@ -147,9 +153,12 @@ struct region *region_get(pid_t peer, uint32_t up, uint32_t down, int *memfd)
 	pthread_mutex_lock(&lock);
 	for (r = list; r && !reusable_for(r, peer, up, down); r = r->next)
 		;
-	if (!r && (r = create(up, down)) != NULL) {
+	if (r)
+		count(totals ? &totals->regions_reused : NULL);
+	else if ((r = create(up, down)) != NULL) {
 		r->next = list;
 		list = r;
+		count(totals ? &totals->regions_created : NULL);
 	}
 	if (r) {
 		r->refs = 1;

@@ -56,6 +56,8 @@ struct stats_totals {
 	_Atomic uint64_t handshake_errors;
 	_Atomic uint64_t tx_bytes, rx_bytes;
 	_Atomic uint64_t conns_closed;
+	/* connection regions (region.h): made new, or taken again from the pool */
+	_Atomic uint64_t regions_created, regions_reused;
 };
 
 /* Map the totals file, creating it if needed.  NULL on failure. */

@@ -130,13 +130,15 @@ int cmd_stats(int argc, char **argv)
 		printf("{\"registry\": \"%s\", \"since\": %lld, \"accelerated\": %llu, "
 		       "\"accelerated_client\": %llu, \"accelerated_server\": %llu, "
 		       "\"fallback\": %llu, \"handshake_errors\": %llu, \"tx_bytes\": %llu, "
-		       "\"rx_bytes\": %llu, \"closed\": %llu, \"fallback_by_reason\": {",
+		       "\"rx_bytes\": %llu, \"closed\": %llu, \"regions_created\": %llu, "
+		       "\"regions_reused\": %llu, \"fallback_by_reason\": {",
 		       c.dir, (long long)t->reset,
 		       (unsigned long long)(t->accelerated[1] + t->accelerated[2]),
 		       (unsigned long long)t->accelerated[1], (unsigned long long)t->accelerated[2],
 		       (unsigned long long)fallbacks, (unsigned long long)t->handshake_errors,
 		       (unsigned long long)t->tx_bytes, (unsigned long long)t->rx_bytes,
-		       (unsigned long long)t->conns_closed);
+		       (unsigned long long)t->conns_closed,
+		       (unsigned long long)t->regions_created, (unsigned long long)t->regions_reused);
 		for (int r = 1, n = 0; r < R_COUNT; r++)
 			printf("%s\"%s\": %llu", n++ ? ", " : "", reason_id(r),
 			       (unsigned long long)t->fallback[r]);
@@ -156,5 +158,7 @@ int cmd_stats(int argc, char **argv)
 	printf("bytes sent through shm      %llu   (connections closed so far)\n",
 	       (unsigned long long)t->tx_bytes);
 	printf("bytes received through shm  %llu\n", (unsigned long long)t->rx_bytes);
+	printf("ring regions created        %llu, reused %llu\n",
+	       (unsigned long long)t->regions_created, (unsigned long long)t->regions_reused);
 	return 0;
 }
