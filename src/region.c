@@ -228,6 +228,17 @@ struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner)
 	return r;
 }
 
+/*
+ * Is a peer's region worth keeping?  Only if the client closed cleanly
+ * (CLOSED in its ring): one that crashed or is still busy will not bring
+ * this region back soon, and it is the client's memory we would be holding.
+ */
+static int peer_closed_cleanly(struct region *r)
+{
+	return (atomic_load_explicit(&region_up(r)->flags, memory_order_acquire) &
+	        RING_F_CLOSED) != 0;
+}
+
 void region_put(struct region *r, int reusable)
 {
 	pthread_mutex_lock(&lock);
@@ -235,6 +246,8 @@ void region_put(struct region *r, int reusable)
 		pthread_mutex_unlock(&lock);
 		return;
 	}
+	if (!r->mine && !peer_closed_cleanly(r))
+		reusable = 0;
 	if (!reusable || r->owner != sys_getpid() || (r->mine && r->peer == 0)) {
 		unlink_entry(r);
 		destroy(r);

@@ -29,7 +29,7 @@ except ConnectionResetError:
     print("reset %.3f" % (time.monotonic() - t), flush=True)
 c.close()
 maps = open("/proc/self/maps").read()
-print("rings-mapped %d" % maps.count("smclo-ring"), flush=True)
+print("rings-mapped %d" % maps.count("smclo-region"), flush=True)
 sys.stdin.readline()
 """
 
