@@ -19,8 +19,8 @@ static const struct {
 	[R_PROOF_FAILED]    = { "proof-failed", "peer failed the same-connection proof" },
 	[R_DEFER_ACCEPT]    = { "defer-accept", "listener defers accept" },
 	[R_HANDSHAKE_ERROR] = { "handshake-error", "malformed handshake" },
-	[R_PEER_WITHDREW]   = { "peer-withdrew", "peer withdrew its proposal" },
-	[R_NO_PORT]         = { "no-port", "no ephemeral port for the proposal" },
+	[R_PEER_WITHDREW]   = { "peer-withdrew", "client gave up before the answer" },
+	[R_NO_PORT]         = { "no-port", "no ephemeral port for the rendezvous" },
 	[R_NO_REGISTRY]     = { "no-registry", "registry directory unusable" },
 	[R_CROSS_NETNS_OFF] = { "cross-netns-off", "cross-namespace acceleration disabled" },
 };

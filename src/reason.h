@@ -10,19 +10,19 @@
 
 enum smclo_reason {
 	R_NONE = 0,            /* accelerated, or not decided yet */
-	R_PEER_NO_SMCLO,       /* no smclo listener / proposal on the other end */
+	R_PEER_NO_SMCLO,       /* no smclo listener / rendezvous on the other end */
 	R_NOT_THIS_HOST,       /* a listener exists for the port, not for this address or namespace */
 	R_MAX_BUFFERS,         /* SMCLO_MAX_CONNS reached */
 	R_NO_MEMORY,           /* shared memory could not be created or mapped */
 	R_TIMEOUT,             /* the peer did not answer within the handshake timeout */
 	R_IO_URING,            /* this process or the peer uses io_uring */
 	R_DIFF_USER,           /* peers run as different users and it is not allowed */
-	R_TUPLE_BUSY,          /* another proposal holds this address/port tuple */
+	R_TUPLE_BUSY,          /* another rendezvous holds this address/port tuple */
 	R_PROOF_FAILED,        /* the peer could not prove it owns the other TCP end */
 	R_DEFER_ACCEPT,        /* the listener uses TCP_DEFER_ACCEPT */
 	R_HANDSHAKE_ERROR,     /* a malformed or unexpected handshake message */
 	R_PEER_WITHDREW,       /* the client gave up before this side answered */
-	R_NO_PORT,             /* no ephemeral port could be reserved for the proposal */
+	R_NO_PORT,             /* no ephemeral port could be reserved for the rendezvous */
 	R_NO_REGISTRY,         /* the registry directory is unusable */
 	R_CROSS_NETNS_OFF,     /* peer in another namespace and SMCLO_CROSS_NETNS=0 */
 	R_COUNT
