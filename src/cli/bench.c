@@ -302,7 +302,7 @@ int cmd_bench(int argc, char **argv)
 	double seconds = 1.0;
 	int runs = 5;
 	size_t msg = 14;
-	char self[4096], lib[4096], regdir[] = "/tmp/smclo-bench-XXXXXX";
+	char self[4096], lib[4096], regdir[64];
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
@@ -324,6 +324,9 @@ int cmd_bench(int argc, char **argv)
 	strcat(lib, "/libsmclo.so");
 	if (access(lib, R_OK) != 0)
 		return usage_error("bench: %s is missing (run make)", lib);
+	/* where the default registry lives: in memory, not on disk */
+	snprintf(regdir, sizeof(regdir), "%s/smclo-bench-XXXXXX",
+	         access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
 	if (!mkdtemp(regdir))
 		return usage_error("bench: cannot create a registry directory: %m");
 
