@@ -172,23 +172,40 @@ static int wait_fd(int fd, short events, long deadline)
 
 #define MAX_FDS 2
 
-static int msg_send(int s, const union clc_msg *m, const int *fds, int nfds)
-{
-	char cbuf[CMSG_SPACE(MAX_FDS * sizeof(int))] = { 0 };
-	struct iovec iov = { .iov_base = (void *)m, .iov_len = m->hdr.length };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+/* A message and the descriptors it carries, laid out for sendmsg(). */
+struct msg_out {
+	struct iovec iov;
+	struct msghdr mh;
+	char cbuf[CMSG_SPACE(MAX_FDS * sizeof(int))];
+};
 
+static struct msghdr *msg_prepare(struct msg_out *o, const union clc_msg *m,
+                                  const int *fds, int nfds)
+{
+	memset(o, 0, sizeof(*o));
+	o->iov.iov_base = (void *)m;
+	o->iov.iov_len = m->hdr.length;
+	o->mh.msg_iov = &o->iov;
+	o->mh.msg_iovlen = 1;
 	if (nfds) {
 		struct cmsghdr *cm;
-		mh.msg_control = cbuf;
-		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-		cm = CMSG_FIRSTHDR(&mh);
+		o->mh.msg_control = o->cbuf;
+		o->mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		cm = CMSG_FIRSTHDR(&o->mh);
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
 		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
 		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
 	}
-	return sys_sendmsg(s, &mh, MSG_NOSIGNAL) == (ssize_t)m->hdr.length ? 0 : -1;
+	return &o->mh;
+}
+
+static int msg_send(int s, const union clc_msg *m, const int *fds, int nfds)
+{
+	struct msg_out o;
+
+	return sys_sendmsg(s, msg_prepare(&o, m, fds, nfds), MSG_NOSIGNAL) ==
+	       (ssize_t)m->hdr.length ? 0 : -1;
 }
 
 static void close_fds(int *fds, int n)
@@ -669,24 +686,13 @@ static int answer_sock_get(void)
 /* Send @m with @fds to the client's rendezvous socket. */
 static int server_send(struct server *sv, const union clc_msg *m, const int *fds, int nfds)
 {
-	char cbuf[CMSG_SPACE(MAX_FDS * sizeof(int))] = { 0 };
-	struct iovec iov = { .iov_base = (void *)m, .iov_len = m->hdr.length };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct msg_out o;
 	int s = answer_sock_get();
 
 	if (s < 0)
 		return -1;
-	if (nfds) {
-		struct cmsghdr *cm;
-		mh.msg_control = cbuf;
-		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-		cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
-	}
-	return registry_rendezvous_send(sv->rendezvous, s, &mh) == (ssize_t)m->hdr.length ? 0 : -1;
+	return registry_rendezvous_send(sv->rendezvous, s, msg_prepare(&o, m, fds, nfds)) ==
+	       (ssize_t)m->hdr.length ? 0 : -1;
 }
 
 static int server_precheck(void)

@@ -2,12 +2,18 @@
 
     peer.py echo HOST PORT            echo server: one connection at a time, forever
     peer.py sink HOST PORT            read and discard, print the byte count at EOF
-    peer.py send HOST PORT NBYTES     connect, send NBYTES, half-close, print the echo's sha256
+    peer.py send HOST PORT NBYTES     connect, send NBYTES, half-close, print whether
+                                      the echo matched
+    peer.py churn HOST PORT N         N connections one after another, each sending a
+                                      random amount to the echo server; print "bad K"
+
+The helpers are imported by the other peers of the suite (slowpeer.py).
 """
-import hashlib
 import os
+import random
 import socket
 import sys
+import threading
 
 
 def listen(host, port):
@@ -20,18 +26,49 @@ def listen(host, port):
     return s
 
 
+def connect(host, port):
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    c = socket.socket(fam, socket.SOCK_STREAM)
+    c.connect((host, port))
+    return c
+
+
+def echo(c):
+    """Send back everything until EOF, then close."""
+    while True:
+        d = c.recv(1 << 16)
+        if not d:
+            break
+        c.sendall(d)
+    c.close()
+
+
+def exchange(c, data):
+    """Send @data, half-close, return all that comes back (read meanwhile,
+    so an echo larger than the buffers cannot deadlock)."""
+    got = bytearray()
+
+    def reader():
+        while True:
+            d = c.recv(1 << 16)
+            if not d:
+                break
+            got.extend(d)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    c.sendall(data)
+    c.shutdown(socket.SHUT_WR)
+    t.join()
+    return bytes(got)
+
+
 def main():
     role, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if role == "echo":
         s = listen(host, port)
         while True:
-            c, _ = s.accept()
-            while True:
-                d = c.recv(1 << 16)
-                if not d:
-                    break
-                c.sendall(d)
-            c.close()
+            echo(s.accept()[0])
     elif role == "sink":
         s = listen(host, port)
         c, _ = s.accept()
@@ -46,28 +83,19 @@ def main():
         except ConnectionResetError:
             print("reset", n, flush=True)
     elif role == "send":
-        nbytes = int(sys.argv[4])
-        fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-        c = socket.socket(fam, socket.SOCK_STREAM)
-        c.connect((host, port))
-        data = os.urandom(nbytes)
-        h = hashlib.sha256()
-        import threading
-
-        def reader():
-            while True:
-                d = c.recv(1 << 16)
-                if not d:
-                    break
-                h.update(d)
-        t = threading.Thread(target=reader)
-        t.start()
-        c.sendall(data)
-        c.shutdown(socket.SHUT_WR)
-        t.join()
-        ok = h.hexdigest() == hashlib.sha256(data).hexdigest()
+        data = os.urandom(int(sys.argv[4]))
+        ok = exchange(connect(host, port), data) == data
         print("match" if ok else "MISMATCH", flush=True)
         sys.exit(0 if ok else 1)
+    elif role == "churn":
+        rng = random.Random(7)
+        bad = 0
+        for _ in range(int(sys.argv[4])):
+            data = os.urandom(rng.choice([1, 100, 4096, 70000, 300000, 1500000]))
+            c = connect(host, port)
+            bad += exchange(c, data) != data
+            c.close()
+        print("bad", bad, flush=True)
 
 
 if __name__ == "__main__":
