@@ -263,7 +263,7 @@ def main():
             if t and s:
                 print("%-45s smclo/TCP %.2fx (median of %d)" % (name, s / t, a.runs))
         return
-    write_report(results, a.runs, secs, oversubscribed(3), idle_memory())
+    write_report(results, a.runs, secs, oversubscribed(5), idle_memory())
 
 
 def med(vals, i):
@@ -291,7 +291,7 @@ def write_report(results, runs, secs, loaded, idle):
         chart.append((name, (t / s if not hib else s / t) if t and s else 0,
                       ((t / u if not hib else u / t) if t and u else 0)))
     lines += ["", "## With 4 busy processes on the %d CPUs" % os.cpu_count(), "",
-              "`smclo bench --runs 3 --seconds 1` while four busy loops run (no benchmark may "
+              "`smclo bench --runs 5 --seconds 1` while four busy loops run (no benchmark may "
               "be slower than TCP: the spin must back off):", "", "```"] + loaded + ["```"]
     lines += ["", "## Memory of 1000 idle connections", "",
               "`python3 bench/idle_memory.py 1000`: a client and a server process open 1000 "
