@@ -10,6 +10,7 @@
  */
 #include "conn.h"
 
+#include "forkguard.h"
 #include "region.h"
 
 #include "sys.h"
@@ -231,6 +232,12 @@ static void robust_init(pthread_mutex_t *m)
 static struct { struct conn_shared *sh; pid_t owner; } sh_pool[SH_KEEP];
 static int sh_pooled;
 static pthread_mutex_t sh_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void conn_locks_init(void)
+{
+	fork_guard(&pool_lock);
+	fork_guard(&sh_pool_lock);
+}
 
 static struct conn_shared *sh_pool_take(void)
 {

@@ -10,6 +10,7 @@
 #include "region.h"
 
 #include "conn.h"
+#include "forkguard.h"
 #include "sys.h"
 
 #include <fcntl.h>
@@ -39,6 +40,11 @@ struct region {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct region *list;
 static uint64_t clock_ticks;
+
+__attribute__((constructor)) static void region_init(void)
+{
+	fork_guard(&lock);
+}
 
 static size_t layout_len(uint32_t up, uint32_t down)
 {

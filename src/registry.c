@@ -3,6 +3,7 @@
  */
 #include "registry.h"
 
+#include "forkguard.h"
 #include "sys.h"
 
 #include <dirent.h>
@@ -223,6 +224,11 @@ struct lookup {
 static struct lookup lookups[LOOKUP_CACHE];
 static unsigned lookup_next;
 static pthread_mutex_t lookup_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void lookup_init(void)
+{
+	fork_guard(&lookup_lock);
+}
 
 static long long clock_ns(clockid_t clk)
 {

@@ -2,9 +2,10 @@
  * stats.c - per-process connection tables and registry-wide totals (stats.h).
  */
 #include "stats.h"
-#include "sys.h"
 
+#include "forkguard.h"
 #include "registry.h"
+#include "sys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -65,6 +66,11 @@ struct stats_totals *stats_totals_map(int dirfd)
 }
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void table_lock_init(void)
+{
+	fork_guard(&table_lock);
+}
 
 struct stat_table *stats_table(int dirfd, char *name_out, size_t len)
 {
