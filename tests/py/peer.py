@@ -1,6 +1,7 @@
 """A small TCP peer for the tests, run under `smclo run` as a separate process.
 
     peer.py echo HOST PORT            echo server: one connection at a time, forever
+    peer.py echo-many HOST PORT       echo server: a thread per connection, forever
     peer.py sink HOST PORT            read and discard, print the byte count at EOF
     peer.py send HOST PORT NBYTES     connect, send NBYTES, half-close, print whether
                                       the echo matched
@@ -69,6 +70,10 @@ def main():
         s = listen(host, port)
         while True:
             echo(s.accept()[0])
+    elif role == "echo-many":
+        s = listen(host, port)
+        while True:
+            threading.Thread(target=echo, args=(s.accept()[0],), daemon=True).start()
     elif role == "sink":
         s = listen(host, port)
         c, _ = s.accept()

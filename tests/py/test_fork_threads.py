@@ -1,0 +1,62 @@
+"""fork() while other threads are inside smclo (connecting, closing): the
+child must be able to connect at once (forkguard.h), never hang on a lock
+another thread held at the moment of the fork."""
+import os
+
+from conftest import PY, free_port, wait_port
+
+PEER = os.path.join(os.path.dirname(__file__), "peer.py")
+
+FORKER = r"""
+import os, socket, sys, threading, time
+from peer import connect, exchange
+port = int(sys.argv[1])
+stop = False
+
+def churn():
+    while not stop:
+        c = connect("127.0.0.1", port)
+        exchange(c, b"t" * 100)
+        c.close()
+
+threads = [threading.Thread(target=churn) for _ in range(3)]
+for t in threads:
+    t.start()
+hung = bad = 0
+for _ in range(200):
+    pid = os.fork()
+    if pid == 0:
+        c = connect("127.0.0.1", port)
+        ok = exchange(c, b"c" * 1000) == b"c" * 1000
+        os._exit(0 if ok else 1)
+    deadline = time.time() + 10
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            bad += status != 0
+            break
+        if time.time() > deadline:
+            hung += 1
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.005)
+stop = True
+for t in threads:
+    t.join()
+print("hung", hung, "bad", bad, flush=True)
+"""
+
+
+def test_fork_while_threads_connect(reg, procs, tmp_path):
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], env=reg.env)
+    wait_port(port, proc=srv)
+    script = tmp_path / "forker.py"
+    script.write_text(FORKER)
+    env = dict(reg.env, PYTHONPATH=os.path.dirname(PEER))
+    r = reg.run([PY, str(script), str(port)], env=env, timeout=600)
+    assert r.returncode == 0 and r.stdout.split() == ["hung", "0", "bad", "0"], \
+        r.stdout + r.stderr
+    st = reg.stats()
+    assert st["accelerated_client"] >= 200 and st["fallback"] == 0, st
