@@ -753,9 +753,10 @@ static int server_take(struct server *sv, const union clc_msg *m, int region_fd,
 }
 
 /*
- * Wait for CONFIRM or DECLINE.  A CONFIRM that fails our checks can only come
- * from a client that does not follow the protocol; we stay on TCP and close
- * the pair, so such a client sees its connection hang up.
+ * Wait for CONFIRM or DECLINE.  A CONFIRM that fails our checks comes from a
+ * client that does not follow the protocol, or we could not map its region
+ * (out of memory); we stay on TCP and close the pair, so that client sees
+ * its connection hang up, as after a reset.
  */
 static int server_wait_confirm(struct server *sv, struct shm_parts *p)
 {

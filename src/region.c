@@ -29,6 +29,7 @@ struct region {
 	int mine;               /* created here (client) or mapped (server) */
 	int memfd;              /* mine: the descriptor handed to the peer */
 	pid_t peer;             /* mine: the only process it goes to */
+	uid_t creator;          /* mine: the uid the kernel reports as its owner */
 	dev_t dev;              /* theirs: identity of the memfd */
 	ino_t ino;
 	pid_t owner;            /* the process whose list this is */
@@ -84,13 +85,18 @@ static int usable(const struct region *r)
 	return r->owner == sys_getpid() && r->refs == 0;
 }
 
-/* Mine, idle, and the peer has published CLOSED on its last connection. */
-static int reusable_for(const struct region *r, pid_t peer, uint32_t up, uint32_t down)
+/*
+ * Mine, idle, made under our current uid (the server checks the owner; a
+ * process may have changed users since), and the peer has published CLOSED
+ * on its last connection.
+ */
+static int reusable_for(const struct region *r, pid_t peer, uid_t uid, uint32_t up,
+                        uint32_t down)
 {
 	const struct ring_hdr *d;
 
 	if (!r->mine || !usable(r) || !r->closed_by_us || r->peer != peer ||
-	    r->up != up || r->down != down)
+	    r->creator != uid || r->up != up || r->down != down)
 		return 0;
 	d = (const struct ring_hdr *)(r->base + ring_region_len(up));
 	return (atomic_load_explicit(&d->flags, memory_order_acquire) & RING_F_CLOSED) != 0;
@@ -116,6 +122,7 @@ static struct region *create(uint32_t up, uint32_t down)
 	}
 	r->memfd = fd_hide(fd);
 	r->mine = 1;
+	r->creator = geteuid();
 	r->up = up;
 	r->down = down;
 	return r;
@@ -154,10 +161,11 @@ static void count(_Atomic uint64_t *counter)
 
 struct region *region_get(pid_t peer, uint32_t up, uint32_t down, int *memfd)
 {
+	uid_t uid = geteuid();
 	struct region *r;
 
 	pthread_mutex_lock(&lock);
-	for (r = list; r && !reusable_for(r, peer, up, down); r = r->next)
+	for (r = list; r && !reusable_for(r, peer, uid, up, down); r = r->next)
 		;
 	if (r)
 		count(totals ? &totals->regions_reused : NULL);
