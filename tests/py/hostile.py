@@ -1,0 +1,154 @@
+"""A hostile peer: speaks smclo's handshake from plain Python (no smclo
+library), then abuses what it was given.  Layouts follow clc.h and ring.h.
+
+    hostile.py server REGISTRY PORT ATTACK   pose as an smclo server
+    hostile.py client REGISTRY PORT ATTACK   pose as an smclo client
+
+ATTACK (server): prod      - publish an impossible producer cursor, ring
+                 cons      - publish a consumer cursor beyond what was sent
+                 proof     - answer with somebody else's TCP socket as proof
+ATTACK (client): unsealed  - CONFIRM with a region that could be shrunk
+                 size      - CONFIRM with a region of the wrong size
+                 prod      - a valid region, then an impossible producer cursor
+"""
+import fcntl
+import mmap
+import os
+import socket
+import struct
+import sys
+import time
+
+CLC_MAGIC, CLC_VERSION = 0x434C4353, 2
+ACCEPT, CONFIRM, DECLINE = 2, 3, 4
+RING_MAGIC, HDR = 0x4F4C4D53, 4096
+SO_NETNS_COOKIE = 71
+F_OFD_SETLK = 37
+
+
+def netns(sock):
+    return struct.unpack("Q", sock.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8))[0]
+
+
+def ip_hex(ip):
+    return (b"\0" * 10 + b"\xff\xff" + socket.inet_aton(ip)).hex()
+
+
+def accept_msg(msg_type, nonce, ring_size, rx_max, ns):
+    body = struct.pack("<IIIIQ", os.getpid(), ring_size, rx_max, 0, ns)
+    return struct.pack("<IBBHQ", CLC_MAGIC, msg_type, CLC_VERSION, 16 + len(body), nonce) + body
+
+
+def parse(msg):
+    magic, mtype, _ver, length, nonce = struct.unpack_from("<IBBHQ", msg)
+    assert magic == CLC_MAGIC and length == len(msg)
+    if mtype == DECLINE:
+        return mtype, nonce, struct.unpack_from("<I", msg, 16)
+    return mtype, nonce, struct.unpack_from("<IIIIQ", msg, 16)
+
+
+def ring_hdr(size):
+    return struct.pack("<IIII", RING_MAGIC, 1, size, HDR)
+
+
+def poke(region, off, fmt, value):
+    struct.pack_into(fmt, region, off, value)
+
+
+def announce_listener(reg, port, ns):
+    """A listener entry as smclo writes it, locked for as long as we live."""
+    for sub in ("l", "p", "c"):
+        os.makedirs(os.path.join(reg, sub), mode=0o700, exist_ok=True)
+    name = "%u.%016x.%s.0.%d.%08x" % (port, ns, ip_hex("127.0.0.1"), os.getpid(), 1)
+    fd = os.open(os.path.join(reg, "l", name), os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.fcntl(fd, F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
+    return fd
+
+
+def server(reg, port, attack):
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", port))
+    ls.listen(4)
+    lock = announce_listener(reg, port, netns(ls))
+    print("ready", flush=True)
+    c, (_, cport) = ls.accept()
+    key = "%u-%u-%s" % (port, cport, ip_hex("127.0.0.1"))
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proof = c
+    if attack == "proof":                # a TCP socket of ours, but not this connection
+        other = socket.create_connection(("127.0.0.1", port))
+        proof, _ = ls.accept()
+    d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    d.sendmsg([accept_msg(ACCEPT, 7, 1 << 20, 1 << 20, netns(c))],
+              [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                struct.pack("ii", theirs.fileno(), proof.fileno()))],
+              0, os.path.join(reg, "p", key))
+    theirs.close()
+    mine.settimeout(5)
+    msg, fds, _, _ = socket.recv_fds(mine, 256, 4)
+    mtype, _, fields = parse(msg)
+    if mtype != CONFIRM:
+        print("declined", fields[0], flush=True)
+        c.sendall(c.recv(100))               # the client went on over TCP: answer there
+        time.sleep(1)
+        return
+    _pid, up, down, _, _ = fields
+    region = mmap.mmap(fds[0], 2 * HDR + up + down)
+    down_hdr = HDR + up
+    print("confirmed", flush=True)
+    mine.recv(1, socket.MSG_PEEK)                         # the client's first doorbell
+    if attack == "prod":
+        poke(region, down_hdr + 64, "<Q", 1 << 62)        # our producer cursor
+        poke(region, down_hdr + 192, "<Q", 1)             # one doorbell counted
+    elif attack == "cons":
+        poke(region, down_hdr + 128, "<Q", 1 << 40)       # consumed more than sent
+    mine.send(b"")                                        # ring
+    time.sleep(3)
+    os.close(lock)
+
+
+def client(reg, port, attack):
+    c = socket.socket()
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    c.bind(("127.0.0.1", 0))
+    key = "%u-%u-%s" % (port, c.getsockname()[1], ip_hex("127.0.0.1"))
+    d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    d.bind(os.path.join(reg, "p", key))
+    c.connect(("127.0.0.1", port))
+    d.settimeout(5)
+    msg, fds, _, _ = socket.recv_fds(d, 256, 4)
+    os.unlink(os.path.join(reg, "p", key))
+    mtype, nonce, fields = parse(msg)
+    assert mtype == ACCEPT and len(fds) == 2, (mtype, fds)
+    pair = socket.socket(fileno=fds[0])
+    up = down = 1 << 16
+    length = 2 * HDR + up + down
+    if attack == "size":
+        length += 4096
+    mfd = os.memfd_create("hostile", os.MFD_ALLOW_SEALING)
+    os.ftruncate(mfd, length)
+    region = mmap.mmap(mfd, length)
+    region[0:16] = ring_hdr(up)
+    region[HDR + up:HDR + up + 16] = ring_hdr(down)
+    if attack != "unsealed":
+        fcntl.fcntl(mfd, fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    socket.send_fds(pair, [accept_msg(CONFIRM, nonce, up, down, netns(c))], [mfd, c.fileno()])
+    if attack == "prod":
+        poke(region, 64, "<Q", 1 << 62)      # our producer cursor: far beyond the ring
+        poke(region, 192, "<Q", 1)
+        pair.send(b"")
+    pair.settimeout(5)
+    try:
+        left = pair.recv(1)                  # the server hangs up on us
+        print("pair", "closed" if left == b"" else "open", flush=True)
+    except (socket.timeout, ConnectionResetError) as e:
+        print("pair", type(e).__name__, flush=True)
+
+
+if __name__ == "__main__":
+    role, reg, port, attack = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    os.makedirs(reg, mode=0o700, exist_ok=True)
+    os.chdir(reg)                       # short socket paths, relative to the registry
+    (server if role == "server" else client)(".", port, attack)

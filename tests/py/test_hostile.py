@@ -1,0 +1,106 @@
+"""A peer that speaks the handshake but not in good faith (hostile.py) can
+only break its own connection: the smclo end neither crashes, nor hangs, nor
+reads out of bounds, and stays on TCP when the peer's offer is unsound."""
+import os
+import socket
+import subprocess
+
+from conftest import PY, free_port, wait_port
+
+HOSTILE = os.path.join(os.path.dirname(__file__), "hostile.py")
+PEER = os.path.join(os.path.dirname(__file__), "peer.py")
+
+VICTIM_CLIENT = r"""
+import socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+c.settimeout(10)
+try:
+    if sys.argv[2] == "send":
+        for _ in range(64):
+            c.sendall(b"v" * (1 << 16))
+        print("sent", flush=True)
+    else:
+        c.sendall(b"hello")
+        print("read", len(c.recv(1 << 16)), flush=True)
+except (ConnectionResetError, BrokenPipeError) as e:
+    print("error", type(e).__name__, flush=True)
+except socket.timeout:
+    print("hung", flush=True)
+"""
+
+
+def run_victim(reg, port, mode):
+    return reg.run([PY, "-c", VICTIM_CLIENT, str(port), mode], timeout=60)
+
+
+def start_hostile_server(reg, procs, attack):
+    port = free_port()
+    srv = procs.start([PY, HOSTILE, "server", str(reg.path), str(port), attack], env=reg.env,
+                      smclo=False, text=True)
+    assert srv.stdout.readline().strip() == "ready"
+    return srv, port
+
+
+def test_server_publishes_impossible_producer_cursor(reg, procs):
+    srv, port = start_hostile_server(reg, procs, "prod")
+    r = run_victim(reg, port, "read")
+    assert r.returncode == 0 and r.stdout.strip() == "error ConnectionResetError", \
+        r.stdout + r.stderr
+    assert srv.stdout.readline().strip() == "confirmed"
+
+
+def test_server_publishes_impossible_consumer_cursor(reg, procs):
+    srv, port = start_hostile_server(reg, procs, "cons")
+    r = run_victim(reg, port, "send")
+    assert r.returncode == 0 and r.stdout.strip().startswith("error "), r.stdout + r.stderr
+
+
+def test_server_proves_with_another_connection(reg, procs):
+    srv, port = start_hostile_server(reg, procs, "proof")
+    r = run_victim(reg, port, "read")
+    # the victim declines and goes on over TCP, where the server answers
+    assert r.returncode == 0 and r.stdout.strip() == "read 5", r.stdout + r.stderr
+    assert srv.stdout.readline().split() == ["declined", "9"]      # R_PROOF_FAILED
+    assert reg.stats()["fallback_by_reason"]["proof-failed"] == 1
+
+
+def smclo_echo_server(reg, procs):
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], env=reg.env)
+    wait_port(port, proc=srv)
+    return srv, port
+
+
+def still_serves(reg, port):
+    r = reg.run([PY, PEER, "send", "127.0.0.1", str(port), "300000"])
+    return r.returncode == 0 and r.stdout.strip() == "match"
+
+
+def hostile_client(reg, port, attack):
+    return subprocess.run([PY, HOSTILE, "client", str(reg.path), str(port), attack],
+                          capture_output=True, text=True, timeout=60, env=reg.env)
+
+
+def test_client_offers_unsealed_region(reg, procs):
+    srv, port = smclo_echo_server(reg, procs)
+    r = hostile_client(reg, port, "unsealed")
+    assert r.returncode == 0 and r.stdout.strip() == "pair closed", r.stdout + r.stderr
+    assert reg.stats()["fallback_by_reason"]["handshake-error"] == 1
+    assert still_serves(reg, port) and srv.poll() is None
+
+
+def test_client_offers_region_of_wrong_size(reg, procs):
+    srv, port = smclo_echo_server(reg, procs)
+    r = hostile_client(reg, port, "size")
+    assert r.returncode == 0 and r.stdout.strip() == "pair closed", r.stdout + r.stderr
+    assert reg.stats()["fallback_by_reason"]["handshake-error"] == 1
+    assert still_serves(reg, port) and srv.poll() is None
+
+
+def test_client_publishes_impossible_producer_cursor(reg, procs):
+    srv, port = smclo_echo_server(reg, procs)
+    r = hostile_client(reg, port, "prod")
+    # accepted, then the server finds the cursor impossible and resets the connection
+    assert r.returncode == 0 and r.stdout.strip() == "pair closed", r.stdout + r.stderr
+    assert reg.stats()["accelerated_server"] == 1
+    assert still_serves(reg, port) and srv.poll() is None
