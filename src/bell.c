@@ -62,6 +62,9 @@ void bell_after_produce(struct conn *c, int fd)
 		return;                 /* our last doorbell is still live */
 	if (peer_cons == sh->prod)
 		return;                 /* the reader already took everything */
+	/* a reader spinning in a read that takes all of it needs no doorbell (rx.c) */
+	if (sh->prod - peer_cons <= atomic_load_explicit(&c->rx->spin_take, memory_order_seq_cst))
+		return;
 	bell_send_once(c, fd, 1);
 }
 

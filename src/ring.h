@@ -44,6 +44,8 @@ struct ring_hdr {
 	/* consumer line: the owner's progress on the peer's stream */
 	_Alignas(64) _Atomic uint64_t cons;
 	_Atomic uint32_t write_blocked;     /* owner waits for space: drain bells */
+	_Atomic uint32_t spin_take;         /* owner is spinning in a blocking read that
+	                                       takes up to this many bytes (0: not) */
 	/* doorbells the owner sent (value = owner's prod when it rang) */
 	_Alignas(64) _Atomic uint64_t bell_seq;
 	_Atomic uint64_t bells_drained;     /* doorbells the owner consumed */

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <stdint.h>
 #include <string.h>
 
 int rx_peer_prod(struct conn *c, uint64_t *prod)
@@ -100,18 +101,41 @@ static int rx_end_state(struct conn *c, uint32_t peer_flags)
 }
 
 /*
+ * A blocking reader watches the ring before it sleeps (spin.h).  While it
+ * does, it tells the writer how much its read will take (@take; 0 for a
+ * peek, which consumes nothing): a writer whose unread bytes all fit needs
+ * no doorbell, because this read takes them all and the descriptor is left
+ * with nothing unread — exactly what its readiness then says.  Clearing the
+ * offer and looking at the producer once more pairs with the writer's
+ * publish-then-look (both seq_cst): either the writer saw no offer and
+ * rings, or we see its bytes and do not sleep.
+ */
+static int rx_spin(struct conn *c, size_t take)
+{
+	struct conn_shared *sh = c->sh;
+	uint64_t prod;
+	int changed;
+
+	if (take > UINT32_MAX)
+		take = UINT32_MAX;
+	atomic_store_explicit(&c->tx->spin_take, (uint32_t)take, memory_order_seq_cst);
+	changed = spin_for_change(atomic_load_explicit(&sh->nonblock, memory_order_relaxed),
+	                          &c->rx->prod, sh->cons, &c->rx->flags);
+	atomic_store_explicit(&c->tx->spin_take, 0, memory_order_seq_cst);
+	return changed || (rx_peer_prod(c, &prod) == 0 && prod != sh->cons);
+}
+
+/*
  * Wait for a doorbell or a hang-up.  Returns 0 to look again, 1 at end of
  * stream, or -errno (EAGAIN for non-blocking or timeout, EINTR).
  */
-static int rx_wait(struct conn *c, int fd, int dontwait)
+static int rx_wait(struct conn *c, int fd, int dontwait, size_t take)
 {
 	struct conn_shared *sh = c->sh;
 	char b;
 	ssize_t n;
 
-	/* a blocking reader watches the ring before it sleeps (spin.h) */
-	if (!dontwait && spin_for_change(atomic_load_explicit(&sh->nonblock, memory_order_relaxed),
-	                                 &c->rx->prod, sh->cons, &c->rx->flags))
+	if (!dontwait && rx_spin(c, take))
 		return 0;
 	sh_unlock(&sh->rx_lock);
 	n = sys_recv(fd, &b, 1, MSG_PEEK | (dontwait ? MSG_DONTWAIT : 0));
@@ -192,7 +216,7 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 		if (rx_peer_prod(c, &prod) == 0 && prod != sh->cons)
 			continue;
 		bell_drain(c, fd, 0);
-		end = rx_wait(c, fd, dontwait);
+		end = rx_wait(c, fd, dontwait, peek ? 0 : total - got);
 		if (end == 0 && ++idle_loops > 100000) {
 			conn_mark_broken(c);    /* doorbells that never match: hostile */
 			end = -ECONNRESET;
