@@ -122,7 +122,8 @@ static int rx_spin(struct conn *c, size_t take)
 	changed = spin_for_change(atomic_load_explicit(&sh->nonblock, memory_order_relaxed),
 	                          &c->rx->prod, sh->cons, &c->rx->flags);
 	atomic_store_explicit(&c->tx->spin_take, 0, memory_order_seq_cst);
-	return changed || (rx_peer_prod(c, &prod) == 0 && prod != sh->cons);
+	/* a cursor that fails its checks is a reason to look again (and reset), not to sleep */
+	return changed || rx_peer_prod(c, &prod) < 0 || prod != sh->cons;
 }
 
 /*
