@@ -13,6 +13,7 @@
 #include "io.h"
 
 #include "sys.h"
+#include "watch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,7 +42,27 @@ static int bell_send_once(struct conn *c, int fd, int only_if_unread)
 	}
 	sh->bell_seq = seq + 1;
 	sh->bell_last_val = sh->prod;
+	if (c->slot)
+		atomic_fetch_add_explicit(&c->slot->bells_sent, 1, memory_order_relaxed);
 	return 0;
+}
+
+/*
+ * Does a reader that is awake make this doorbell unnecessary?  Either it
+ * spins in a blocking read that takes all @unread bytes (rx.c), or an epoll
+ * wait of its process is watching the ring and will report the bytes itself
+ * (watch.c), while nobody of it sleeps in the kernel on the doorbell socket.
+ * The loads are seq_cst after our producer cursor was: with the reader's
+ * stop-watching-then-look, either we see the promise gone, or it sees bytes.
+ */
+static int reader_watching(struct conn *c, uint64_t unread)
+{
+	const struct ring_hdr *r = c->rx;
+
+	if (unread <= atomic_load_explicit(&r->spin_take, memory_order_seq_cst))
+		return 1;
+	return atomic_load_explicit(&r->watchers, memory_order_seq_cst) != 0 &&
+	       atomic_load_explicit(&r->sleepers, memory_order_seq_cst) == 0;
 }
 
 static uint64_t bells_outstanding(struct conn *c)
@@ -62,9 +83,11 @@ void bell_after_produce(struct conn *c, int fd)
 		return;                 /* our last doorbell is still live */
 	if (peer_cons == sh->prod)
 		return;                 /* the reader already took everything */
-	/* a reader spinning in a read that takes all of it needs no doorbell (rx.c) */
-	if (sh->prod - peer_cons <= atomic_load_explicit(&c->rx->spin_take, memory_order_seq_cst))
+	if (reader_watching(c, sh->prod - peer_cons)) {
+		if (c->slot)
+			atomic_fetch_add_explicit(&c->slot->bells_skipped, 1, memory_order_relaxed);
 		return;
+	}
 	bell_send_once(c, fd, 1);
 }
 
@@ -131,6 +154,7 @@ int bell_wait_writable(int fd, int dontwait)
 		return -EAGAIN;
 	if (sys_getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) == 0 && (tv.tv_sec || tv.tv_usec))
 		timeout = (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
+	watch_thread_sleeps();
 	rc = sys_poll(&p, 1, timeout);
 	if (rc < 0)
 		return -errno;

@@ -83,6 +83,14 @@ void fd_set_flags(int fd, uint8_t flags)
 		atomic_store(&e->flags, flags);
 }
 
+void fd_add_flags(int fd, uint8_t flags)
+{
+	struct fd_entry *e = ent(fd);
+
+	if (e)
+		atomic_fetch_or(&e->flags, flags);
+}
+
 void fd_set_listen_lock(int fd, int lockfd)
 {
 	struct fd_entry *e = ent(fd);

@@ -65,6 +65,7 @@ struct conn {
 	int reusable;                   /* every holder in every process is gone */
 	struct stat_slot *slot;
 	struct ep local, peer;
+	int watch_regs;                 /* epoll registrations watch.c tracks for it */
 };
 
 /* Per-descriptor knowledge about sockets that are not (yet) connections. */
@@ -72,6 +73,9 @@ struct conn {
 #define FDF_SMC        2u   /* created as AF_SMC */
 #define FDF_LISTENING  4u   /* registered as a listener */
 #define FDF_KNOWN      8u   /* flags above are authoritative */
+#define FDF_EPOLL     16u   /* an epoll instance (watch.c) */
+#define FDF_WATCHED   32u   /* registered in an epoll set watch.c tracks */
+#define FDF_NESTED    64u   /* an epoll instance inside another one */
 
 /* Library-wide state set up by the constructor. */
 extern int smclo_active;       /* 0: pass everything through */
@@ -81,6 +85,7 @@ extern struct stats_totals *totals;
 int fdtab_init(void);
 uint8_t fd_flags(int fd);
 void fd_set_flags(int fd, uint8_t flags);
+void fd_add_flags(int fd, uint8_t flags);
 void fd_set_listen_lock(int fd, int lockfd);
 int fd_take_listen_lock(int fd);
 

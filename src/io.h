@@ -41,6 +41,13 @@ uint32_t tx_unacked(struct conn *c);
 /* rx.c */
 ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);
 uint32_t rx_available(struct conn *c);
+/*
+ * The kernel says @fd is readable: if the ring is empty and the stream not
+ * ended, that can only be doorbells that arrived after their bytes were read
+ * (watch.c reads without waiting for them).  Consume them; returns 1 if
+ * nothing readable is left, 0 otherwise.
+ */
+int rx_settle_bells(struct conn *c, int fd);
 /* Validated peer producer cursor; marks the connection broken if invalid. */
 int rx_peer_prod(struct conn *c, uint64_t *prod);
 

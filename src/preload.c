@@ -7,8 +7,9 @@
  * descriptors, files and pipes pay almost nothing.  The decisions themselves
  * live in handshake.c; the byte moving in tx.c / rx.c.
  *
- * Readiness (poll, select, epoll) is not interposed: the descriptor is a
- * real socket and the kernel answers for it.
+ * Readiness is the kernel's (the descriptor is a real socket); the epoll
+ * wrappers only add what watch.c knows about bytes that came without a
+ * doorbell, and watch the rings for a moment before sleeping.
  */
 #include "config.h"
 #include "conn.h"
@@ -19,10 +20,13 @@
 #include "sockopt.h"
 #include "stats.h"
 #include "sys.h"
+#include "watch.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <time.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -202,6 +206,7 @@ static void forget_fd(int fd)
 {
 	if (!smclo_active)
 		return;
+	watch_fd_closed(fd);
 	if (fd_has_conn(fd))
 		conn_close_fd(fd);
 	if (fd_flags(fd) & FDF_LISTENING)
@@ -553,7 +558,8 @@ static void copy_binding(int oldfd, int newfd)
 
 	if (newfd < 0 || oldfd == newfd || !smclo_active)
 		return;
-	fd_set_flags(newfd, fd_flags(oldfd) & ~FDF_LISTENING);
+	fd_set_flags(newfd, fd_flags(oldfd) & ~(FDF_LISTENING | FDF_WATCHED | FDF_EPOLL));
+	watch_epfd_copied(oldfd);
 	c = conn_get(oldfd);
 	if (c) {
 		conn_bind_fd(c, newfd);
@@ -637,6 +643,124 @@ EXPORT int fcntl64(int fd, int cmd, ...)
 	return fcntl_common(fd, cmd, arg, real_fcntl64);
 }
 
+/* ---- epoll (watch.c) ---------------------------------------------------- */
+
+EXPORT int epoll_create(int size)
+{
+	REAL(epoll_create);
+	int fd = real_epoll_create(size);
+
+	if (smclo_active)
+		watch_epoll_created(fd);
+	return fd;
+}
+
+EXPORT int epoll_create1(int flags)
+{
+	REAL(epoll_create1);
+	int fd = real_epoll_create1(flags);
+
+	if (smclo_active)
+		watch_epoll_created(fd);
+	return fd;
+}
+
+EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	REAL(epoll_ctl);
+	int rc = real_epoll_ctl(epfd, op, fd, ev);
+
+	if (rc == 0 && smclo_active)
+		watch_ctl(epfd, op, fd, ev);
+	return rc;
+}
+
+/*
+ * The three epoll waits share one shape: watch.c answers (>= 0), or says the
+ * set is not ours, or to sleep in the kernel and show it what woke us: when
+ * that was only stale doorbells, the wait goes on for what is left of the
+ * timeout.
+ */
+struct epoll_call {
+	int (*wait)(int, struct epoll_event *, int, int);
+	int (*pwait)(int, struct epoll_event *, int, int, const sigset_t *);
+	int (*pwait2)(int, struct epoll_event *, int, const struct timespec *, const sigset_t *);
+	const sigset_t *mask;
+	const struct timespec *ts;      /* pwait2's own timeout, for the first sleep */
+};
+
+static long long now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000LL + t.tv_nsec / 1000000;
+}
+
+static int real_epoll(const struct epoll_call *k, int epfd, struct epoll_event *ev, int max,
+                      int timeout, int first)
+{
+	struct timespec ts = { .tv_sec = timeout / 1000, .tv_nsec = (timeout % 1000) * 1000000L };
+
+	if (k->wait)
+		return k->wait(epfd, ev, max, timeout);
+	if (k->pwait)
+		return k->pwait(epfd, ev, max, timeout, k->mask);
+	return k->pwait2(epfd, ev, max, first || timeout < 0 ? k->ts : &ts, k->mask);
+}
+
+static int watched_epoll(const struct epoll_call *k, int epfd, struct epoll_event *ev, int max,
+                         int timeout)
+{
+	long long deadline = timeout > 0 ? now_ms() + timeout : 0;
+
+	for (int first = 1;; first = 0) {
+		int v = smclo_active ? watch_before_wait(epfd, ev, max, timeout, k->mask == NULL)
+		                     : WATCH_PASS;
+		int r, e;
+
+		if (v >= 0)
+			return v;
+		r = real_epoll(k, epfd, ev, max, timeout, first);
+		if (v == WATCH_PASS)
+			return r;
+		e = errno;
+		r = watch_after_sleep(epfd, ev, r);
+		errno = e;
+		if (r != 0)
+			return r;
+		if (timeout > 0 && (timeout = (int)(deadline - now_ms())) <= 0)
+			return 0;
+	}
+}
+
+EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
+{
+	REAL(epoll_wait);
+	struct epoll_call k = { .wait = real_epoll_wait };
+
+	return watched_epoll(&k, epfd, ev, max, timeout);
+}
+
+EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
+                       const sigset_t *mask)
+{
+	REAL(epoll_pwait);
+	struct epoll_call k = { .pwait = real_epoll_pwait, .mask = mask };
+
+	return watched_epoll(&k, epfd, ev, max, timeout);
+}
+
+EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct timespec *ts,
+                        const sigset_t *mask)
+{
+	REAL(epoll_pwait2);
+	struct epoll_call k = { .pwait2 = real_epoll_pwait2, .mask = mask, .ts = ts };
+	long long ms = ts ? ts->tv_sec * 1000LL + (ts->tv_nsec + 999999) / 1000000 : -1;
+
+	return watched_epoll(&k, epfd, ev, max, ms > INT_MAX ? INT_MAX : (int)ms);
+}
+
 /* ---- exec --------------------------------------------------------------- */
 
 static void reset_inheritable(int fd, struct conn *c, void *arg)
@@ -649,8 +773,10 @@ static void reset_inheritable(int fd, struct conn *c, void *arg)
 
 static void before_exec(void)
 {
-	if (smclo_active)
-		conn_for_each_fd(reset_inheritable, NULL);
+	if (!smclo_active)
+		return;
+	watch_before_exec();
+	conn_for_each_fd(reset_inheritable, NULL);
 }
 
 EXPORT int execve(const char *path, char *const argv[], char *const envp[])

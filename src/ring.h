@@ -1,12 +1,14 @@
 /*
  * ring.h - the shared-memory region each side of a connection owns.
  *
- * Every accelerated connection has two regions, one per direction.  A region
- * is created, written and sealed by the side that *sends* into it; the peer
- * maps it read-only.  The header carries the cursor block (the kernel's CDC
- * message, kept in memory instead of being sent): the owner's producer cursor
- * for its data, the owner's consumer cursor for the peer's data, shutdown /
- * close / abort flags, the "write blocked" request and the doorbell log.
+ * Every accelerated connection has one region (region.h) holding two rings,
+ * one per direction; each ring starts with a header that carries the cursor
+ * block (the kernel's CDC message, kept in memory instead of being sent):
+ * the owner's producer cursor for its data, the owner's consumer cursor for
+ * the peer's data, shutdown / close / abort flags, the "write blocked"
+ * request, what the owner's waits promise the writer (spin_take, watchers,
+ * sleepers) and the doorbell log.  Both sides can write the whole region, so
+ * every field is only the peer's word.
  *
  * Cursors are 64-bit byte counts that only grow; the position in the data
  * area is the cursor modulo the (power of two) size, so wrap-around of both
@@ -46,6 +48,10 @@ struct ring_hdr {
 	_Atomic uint32_t write_blocked;     /* owner waits for space: drain bells */
 	_Atomic uint32_t spin_take;         /* owner is spinning in a blocking read that
 	                                       takes up to this many bytes (0: not) */
+	_Atomic uint32_t watchers;          /* owner's epoll waits watching this ring:
+	                                       they report new bytes themselves (watch.c) */
+	_Atomic uint32_t sleepers;          /* owner's waits asleep in the kernel on the
+	                                       doorbell socket: they need a doorbell */
 	/* doorbells the owner sent (value = owner's prod when it rang) */
 	_Alignas(64) _Atomic uint64_t bell_seq;
 	_Atomic uint64_t bells_drained;     /* doorbells the owner consumed */

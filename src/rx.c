@@ -12,6 +12,7 @@
 #include "log.h"
 #include "spin.h"
 #include "sys.h"
+#include "watch.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -108,7 +109,10 @@ static int rx_end_state(struct conn *c, uint32_t peer_flags)
  * with nothing unread — exactly what its readiness then says.  Clearing the
  * offer and looking at the producer once more pairs with the writer's
  * publish-then-look (both seq_cst): either the writer saw no offer and
- * rings, or we see its bytes and do not sleep.
+ * rings, or we see its bytes and do not sleep.  Before that look we count
+ * ourselves among the sleepers, so no writer skips a doorbell because an
+ * epoll wait of our process is watching the ring (watch.c) while we sleep.
+ * Returns 1 to look again, 0 to sleep (counted as a sleeper).
  */
 static int rx_spin(struct conn *c, size_t take)
 {
@@ -121,9 +125,15 @@ static int rx_spin(struct conn *c, size_t take)
 	atomic_store_explicit(&c->tx->spin_take, (uint32_t)take, memory_order_seq_cst);
 	changed = spin_for_change(atomic_load_explicit(&sh->nonblock, memory_order_relaxed),
 	                          &c->rx->prod, sh->cons, &c->rx->flags);
+	/* about to sleep: from now on every writer must ring (watch.c's watchers too) */
+	atomic_fetch_add_explicit(&c->tx->sleepers, 1, memory_order_seq_cst);
 	atomic_store_explicit(&c->tx->spin_take, 0, memory_order_seq_cst);
 	/* a cursor that fails its checks is a reason to look again (and reset), not to sleep */
-	return changed || rx_peer_prod(c, &prod) < 0 || prod != sh->cons;
+	if (changed || rx_peer_prod(c, &prod) < 0 || prod != sh->cons) {
+		atomic_fetch_sub_explicit(&c->tx->sleepers, 1, memory_order_relaxed);
+		return 1;
+	}
+	return 0;
 }
 
 /*
@@ -139,8 +149,12 @@ static int rx_wait(struct conn *c, int fd, int dontwait, size_t take)
 	if (!dontwait && rx_spin(c, take))
 		return 0;
 	sh_unlock(&sh->rx_lock);
+	if (!dontwait)
+		watch_thread_sleeps();
 	n = sys_recv(fd, &b, 1, MSG_PEEK | (dontwait ? MSG_DONTWAIT : 0));
 	int err = errno;
+	if (!dontwait)
+		atomic_fetch_sub_explicit(&c->tx->sleepers, 1, memory_order_relaxed);
 	sh_lock(&sh->rx_lock);
 	if (n > 0) {
 		conn_mark_broken(c);
@@ -248,4 +262,21 @@ uint32_t rx_available(struct conn *c)
 		n = (uint32_t)(prod - c->sh->cons);
 	sh_unlock(&c->sh->rx_lock);
 	return n;
+}
+
+int rx_settle_bells(struct conn *c, int fd)
+{
+	struct conn_shared *sh = c->sh;
+	uint64_t prod;
+	int idle = 0;
+	char b;
+
+	sh_lock(&sh->rx_lock);
+	if (rx_peer_prod(c, &prod) == 0 && prod == sh->cons &&
+	    rx_end_state(c, atomic_load_explicit(&c->rx->flags, memory_order_acquire)) == 0) {
+		bell_drain(c, fd, 0);
+		idle = sys_recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && errno == EAGAIN;
+	}
+	sh_unlock(&sh->rx_lock);
+	return idle;
 }

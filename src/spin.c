@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static long long mono_ns(void)
+long long spin_now(void)
 {
 	struct timespec ts;
 
@@ -55,8 +55,7 @@ static int cores_oversubscribed(long long now, int ncpu)
 	return atomic_load(&busy);
 }
 
-/* The end of a spin starting now, or 0 when spinning does not pay. */
-static long long spin_deadline(void)
+long long spin_deadline(void)
 {
 	static int ncpu;
 	long long now;
@@ -65,7 +64,7 @@ static long long spin_deadline(void)
 		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (ncpu < 2)
 		return 0;
-	now = mono_ns();
+	now = spin_now();
 	return cores_oversubscribed(now, ncpu) ? 0 : now + SPIN_NS;
 }
 
@@ -84,7 +83,7 @@ int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
 				return 1;
 			__builtin_ia32_pause();
 		}
-	} while (mono_ns() < until);
+	} while (spin_now() < until);
 	return 0;
 }
 
@@ -98,6 +97,6 @@ int spin_poll(int fd, short events)
 	do {
 		if (sys_poll(&p, 1, 0) > 0)
 			return 1;
-	} while (mono_ns() < until);
+	} while (spin_now() < until);
 	return 0;
 }

@@ -32,4 +32,12 @@ int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
  */
 int spin_poll(int fd, short events);
 
+/*
+ * For waiters that watch many things at once (watch.c): the end of a spin
+ * starting now, or 0 when spinning does not pay (one CPU, or more runnable
+ * tasks than CPUs); and the monotonic clock the deadline is measured on.
+ */
+long long spin_deadline(void);
+long long spin_now(void);
+
 #endif

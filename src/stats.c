@@ -141,6 +141,7 @@ struct stat_slot *stats_slot_alloc(struct stat_table *t, int fd, int role)
 		s->tx_ring = s->rx_ring = 0;
 		s->tx_bytes = s->rx_bytes = 0;
 		s->tx_fill = s->rx_fill = 0;
+		s->bells_sent = s->bells_skipped = 0;
 		s->started = (uint64_t)time(NULL);
 		return s;
 	}
@@ -168,6 +169,8 @@ static void fold(struct stats_totals *tot, struct stat_slot *s)
 	if (tot) {
 		atomic_fetch_add(&tot->tx_bytes, atomic_load(&s->tx_bytes));
 		atomic_fetch_add(&tot->rx_bytes, atomic_load(&s->rx_bytes));
+		atomic_fetch_add(&tot->bells_sent, atomic_load(&s->bells_sent));
+		atomic_fetch_add(&tot->bells_skipped, atomic_load(&s->bells_skipped));
 		atomic_fetch_add(&tot->conns_closed, 1);
 	}
 }
@@ -265,4 +268,8 @@ void stats_reset(struct stats_totals *tot)
 	atomic_store(&tot->tx_bytes, 0);
 	atomic_store(&tot->rx_bytes, 0);
 	atomic_store(&tot->conns_closed, 0);
+	atomic_store(&tot->regions_created, 0);
+	atomic_store(&tot->regions_reused, 0);
+	atomic_store(&tot->bells_sent, 0);
+	atomic_store(&tot->bells_skipped, 0);
 }

@@ -35,6 +35,7 @@ struct stat_slot {
 	uint32_t tx_ring, rx_ring;
 	_Atomic uint64_t tx_bytes, rx_bytes;
 	_Atomic uint32_t tx_fill, rx_fill;
+	_Atomic uint64_t bells_sent, bells_skipped;   /* doorbells rung / not needed */
 	uint64_t started;
 };
 
@@ -58,6 +59,9 @@ struct stats_totals {
 	_Atomic uint64_t conns_closed;
 	/* connection regions (region.h): made new, or taken again from the pool */
 	_Atomic uint64_t regions_created, regions_reused;
+	/* doorbells of closed connections: rung, and skipped for a reader
+	 * that was watching (spin_take, watchers) */
+	_Atomic uint64_t bells_sent, bells_skipped;
 };
 
 /* Map the totals file, creating it if needed.  NULL on failure. */

@@ -119,6 +119,17 @@ static inline int sys_fcntl(int fd, int c, long a)
 	return (int)syscall(SYS_fcntl, fd, c, a);
 }
 
+/* epoll_wait without sleeping (epoll_pwait: every architecture has it). */
+static inline int sys_epoll_look(int epfd, void *ev, int max)
+{
+	return (int)syscall(SYS_epoll_pwait, epfd, ev, max, 0, NULL, 8);
+}
+
+static inline int sys_epoll_ctl(int epfd, int op, int fd, void *ev)
+{
+	return (int)syscall(SYS_epoll_ctl, epfd, op, fd, ev);
+}
+
 #ifndef SO_NETNS_COOKIE
 #define SO_NETNS_COOKIE 71
 #endif

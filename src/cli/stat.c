@@ -131,14 +131,16 @@ int cmd_stats(int argc, char **argv)
 		       "\"accelerated_client\": %llu, \"accelerated_server\": %llu, "
 		       "\"fallback\": %llu, \"handshake_errors\": %llu, \"tx_bytes\": %llu, "
 		       "\"rx_bytes\": %llu, \"closed\": %llu, \"regions_created\": %llu, "
-		       "\"regions_reused\": %llu, \"fallback_by_reason\": {",
+		       "\"regions_reused\": %llu, \"doorbells_sent\": %llu, "
+		       "\"doorbells_skipped\": %llu, \"fallback_by_reason\": {",
 		       c.dir, (long long)t->reset,
 		       (unsigned long long)(t->accelerated[1] + t->accelerated[2]),
 		       (unsigned long long)t->accelerated[1], (unsigned long long)t->accelerated[2],
 		       (unsigned long long)fallbacks, (unsigned long long)t->handshake_errors,
 		       (unsigned long long)t->tx_bytes, (unsigned long long)t->rx_bytes,
 		       (unsigned long long)t->conns_closed,
-		       (unsigned long long)t->regions_created, (unsigned long long)t->regions_reused);
+		       (unsigned long long)t->regions_created, (unsigned long long)t->regions_reused,
+		       (unsigned long long)t->bells_sent, (unsigned long long)t->bells_skipped);
 		for (int r = 1, n = 0; r < R_COUNT; r++)
 			printf("%s\"%s\": %llu", n++ ? ", " : "", reason_id(r),
 			       (unsigned long long)t->fallback[r]);
@@ -160,5 +162,7 @@ int cmd_stats(int argc, char **argv)
 	printf("bytes received through shm  %llu\n", (unsigned long long)t->rx_bytes);
 	printf("ring regions created        %llu, reused %llu\n",
 	       (unsigned long long)t->regions_created, (unsigned long long)t->regions_reused);
+	printf("doorbells rung              %llu, skipped for a watching reader %llu\n",
+	       (unsigned long long)t->bells_sent, (unsigned long long)t->bells_skipped);
 	return 0;
 }

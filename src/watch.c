@@ -1,0 +1,637 @@
+/*
+ * watch.c - epoll for accelerated connections: no doorbell while the reader
+ * is awake, and a look at the rings before it sleeps.
+ *
+ * Event loops (redis, nginx) never block in read(): they sleep in
+ * epoll_wait() and then read what is ready.  With doorbells alone every
+ * message costs the writer a send and the reader a drain - as many system
+ * calls as TCP - and often a sleep and a wake-up.  So an epoll set watches
+ * its connections' rings while its thread is awake: from the moment a wait
+ * returns events (the application is about to handle them and come back)
+ * until a wait on the set is about to sleep in the kernel, or the thread
+ * sleeps anywhere else.  While a ring is watched (its header's `watchers`)
+ * the writer sends no doorbell; every wait on the set looks at the watched
+ * rings itself and reports what it finds, merged with the kernel's events.
+ * Before sleeping, a wait first watches for a moment (SPIN_NS, under spin.c's
+ * rules: never on one CPU, never with the cores oversubscribed), asking the
+ * kernel now and then about everything else.
+ *
+ * What keeps readiness exact:
+ *  - a watch ends by decrementing `watchers` and only then looking at the
+ *    ring (seq_cst on both sides, against the writer's publish-then-look):
+ *    either the writer saw no watcher and rang, or the look sees its bytes;
+ *  - bytes found at that last look are "owed": reported by this set's waits
+ *    while they stay unread (level-triggered) or once (edge-triggered,
+ *    one-shot), because no kernel event will report them;
+ *  - a set with a thread asleep in it is not watched, a thread that sleeps
+ *    in any of our waits first ends the watches it started, and anyone else
+ *    who might sleep on such a descriptor (a blocking read, poll, select)
+ *    counts itself in `sleepers` first: writers always ring while that is
+ *    non-zero;
+ *  - a connection is watched only when nothing else can be waiting for it
+ *    unseen: one process holds it, it has exactly one registration we know
+ *    of, for EPOLLIN, without EPOLLONESHOT, in a set that is neither nested
+ *    in another epoll set nor reachable through a copied descriptor.  fork()
+ *    ends every watch first (a child shares the epoll instance).
+ * Registering a descriptor (ADD, MOD) with unread bytes reports them, as the
+ * kernel would.  What is left: a program that waits for a watched descriptor
+ * by other means (io_uring, raw system calls) - docs/design.md.
+ *
+ * Locking: `table_lock` guards the list of sets and every registration; a
+ * set's own lock is held by a wait for its whole look and spin (bounded by
+ * SPIN_NS), so a close or epoll_ctl from another thread waits at most that.
+ */
+#include "watch.h"
+
+#include "conn.h"
+#include "io.h"
+#include "spin.h"
+#include "sys.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WATCH_MAX      256      /* connections one set watches at most */
+#define THREAD_SETS    4        /* sets one thread can be watching at once */
+#define KERNEL_LOOK_NS 4000     /* while spinning, ask the kernel this often */
+
+struct watch_entry {
+	int fd;
+	uint32_t events;                /* as the application registered them */
+	epoll_data_t data;
+	struct conn *c;                 /* referenced */
+	uint64_t seen_prod;             /* producer cursor last reported (edges) */
+	uint8_t watching;               /* we count in its ring's `watchers` */
+	uint8_t owed;                   /* unread bytes no kernel event will report */
+};
+
+struct watch_set {
+	pthread_mutex_t lock;
+	int epfd;
+	int unsafe;                     /* nested or copied: watch nothing */
+	int sleeping;                   /* threads asleep in the kernel on it */
+	int awake;                      /* a thread handles its events and comes back:
+	                                   new registrations are watched at once */
+	int n, cap, n_watching, n_owed;
+	struct watch_entry *e;
+};
+
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct watch_set **sets;
+static int n_sets, cap_sets;
+
+/* The sets this thread started watching (by descriptor: ending a watch is always safe). */
+static __thread int my_sets[THREAD_SETS];
+static __thread int n_my_sets;
+
+static void fork_prepare(void);
+static void fork_parent(void);
+static void fork_child(void);
+
+/* ---- one entry ---------------------------------------------------------- */
+
+static int has_unread(struct conn *c)
+{
+	return atomic_load_explicit(&c->rx->prod, memory_order_seq_cst) !=
+	       __atomic_load_n(&c->sh->cons, __ATOMIC_RELAXED);
+}
+
+static int watchable(const struct watch_set *s, const struct watch_entry *e)
+{
+	return !s->unsafe && !s->sleeping && (e->events & EPOLLIN) &&
+	       !(e->events & EPOLLONESHOT) && e->c->watch_regs == 1 &&
+	       atomic_load_explicit(&e->c->sh->holders, memory_order_relaxed) == 1;
+}
+
+static void set_owed(struct watch_set *s, struct watch_entry *e, int owed)
+{
+	s->n_owed += (owed != 0) - (e->owed != 0);
+	e->owed = (uint8_t)(owed != 0);
+}
+
+static void entry_watch(struct watch_set *s, struct watch_entry *e)
+{
+	if (e->watching || s->n_watching >= WATCH_MAX || !watchable(s, e))
+		return;
+	atomic_fetch_add_explicit(&e->c->tx->watchers, 1, memory_order_seq_cst);
+	e->watching = 1;
+	s->n_watching++;
+}
+
+/* Step 1 of ending a watch: writers ring again from here. */
+static void entry_stop(struct watch_set *s, struct watch_entry *e)
+{
+	atomic_fetch_sub_explicit(&e->c->tx->watchers, 1, memory_order_seq_cst);
+	e->watching = 0;
+	s->n_watching--;
+}
+
+/* Step 2: what came without a doorbell meanwhile is ours to report. */
+static void entry_settle(struct watch_set *s, struct watch_entry *e)
+{
+	uint64_t prod = atomic_load_explicit(&e->c->rx->prod, memory_order_seq_cst);
+
+	if (prod != __atomic_load_n(&e->c->sh->cons, __ATOMIC_RELAXED) &&
+	    (!(e->events & EPOLLET) || prod != e->seen_prod))
+		set_owed(s, e, 1);
+}
+
+static void entry_unwatch(struct watch_set *s, struct watch_entry *e)
+{
+	if (!e->watching)
+		return;
+	entry_stop(s, e);
+	entry_settle(s, e);
+}
+
+/* ---- the table of sets (table_lock held) -------------------------------- */
+
+static struct watch_set *set_find(int epfd)
+{
+	for (int i = 0; i < n_sets; i++)
+		if (sets[i]->epfd == epfd)
+			return sets[i];
+	return NULL;
+}
+
+static struct watch_set *set_new(int epfd)
+{
+	static int atfork_done;
+	struct watch_set *s;
+
+	if (!atfork_done) {
+		/* registered after the library's own fork_guard: our prepare runs
+		 * first, so table_lock is taken before the locks conn_put needs */
+		pthread_atfork(fork_prepare, fork_parent, fork_child);
+		atfork_done = 1;
+	}
+	if (n_sets == cap_sets) {
+		int cap = cap_sets ? cap_sets * 2 : 8;
+		struct watch_set **n = realloc(sets, (size_t)cap * sizeof(*n));
+		if (!n)
+			return NULL;
+		sets = n;
+		cap_sets = cap;
+	}
+	if (!(s = calloc(1, sizeof(*s))))
+		return NULL;
+	pthread_mutex_init(&s->lock, NULL);
+	s->epfd = epfd;
+	s->unsafe = (fd_flags(epfd) & FDF_NESTED) != 0;
+	sets[n_sets++] = s;
+	return s;
+}
+
+/* Find @epfd's set and lock it. */
+static struct watch_set *set_lock(int epfd)
+{
+	struct watch_set *s;
+
+	pthread_mutex_lock(&table_lock);
+	if ((s = set_find(epfd)))
+		pthread_mutex_lock(&s->lock);
+	pthread_mutex_unlock(&table_lock);
+	return s;
+}
+
+static void entry_drop(struct watch_set *s, int i)
+{
+	struct watch_entry *e = &s->e[i];
+
+	if (e->watching)
+		entry_stop(s, e);
+	set_owed(s, e, 0);
+	e->c->watch_regs--;
+	conn_put(e->c);
+	s->e[i] = s->e[--s->n];
+}
+
+static void set_free(struct watch_set *s)
+{
+	for (int i = 0; i < n_sets; i++)
+		if (sets[i] == s)
+			sets[i] = sets[--n_sets];
+	pthread_mutex_lock(&s->lock);           /* a wait still using it finishes */
+	while (s->n)
+		entry_drop(s, s->n - 1);
+	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_destroy(&s->lock);
+	free(s->e);
+	free(s);
+}
+
+static struct watch_entry *entry_find(struct watch_set *s, int fd)
+{
+	for (int i = 0; i < s->n; i++)
+		if (s->e[i].fd == fd)
+			return &s->e[i];
+	return NULL;
+}
+
+/* Takes over the reference on @c; drops it when it cannot keep it. */
+static void entry_add(struct watch_set *s, int fd, const struct epoll_event *ev, struct conn *c)
+{
+	struct watch_entry *e;
+
+	if (s->n == s->cap) {
+		int cap = s->cap ? s->cap * 2 : 16;
+		struct watch_entry *n = realloc(s->e, (size_t)cap * sizeof(*n));
+		if (!n) {
+			conn_put(c);    /* untracked: its writer always rings */
+			return;
+		}
+		s->e = n;
+		s->cap = cap;
+	}
+	e = &s->e[s->n++];
+	memset(e, 0, sizeof(*e));
+	e->fd = fd;
+	e->events = ev->events;
+	e->data = ev->data;
+	e->c = c;
+	c->watch_regs++;
+	set_owed(s, e, has_unread(c));  /* ADD reports what is there already */
+	fd_add_flags(fd, FDF_WATCHED);
+	if (s->awake)
+		entry_watch(s, e);
+}
+
+/* ---- watching a whole set (its lock held) ------------------------------- */
+
+static void thread_owns(int epfd, int own)
+{
+	for (int i = 0; i < n_my_sets; i++)
+		if (my_sets[i] == epfd) {
+			if (!own)
+				my_sets[i] = my_sets[--n_my_sets];
+			return;
+		}
+	if (own && n_my_sets < THREAD_SETS)
+		my_sets[n_my_sets++] = epfd;
+}
+
+static void set_watch(struct watch_set *s)
+{
+	if (s->unsafe || s->sleeping)
+		return;
+	if (!s->awake && n_my_sets == THREAD_SETS)
+		return;                 /* we could not end it when we sleep */
+	s->awake = 1;
+	thread_owns(s->epfd, 1);
+	for (int i = 0; i < s->n && s->n_watching < WATCH_MAX; i++)
+		entry_watch(s, &s->e[i]);
+}
+
+static void set_unwatch(struct watch_set *s)
+{
+	if (s->n_watching) {
+		uint8_t was[s->n];
+
+		for (int i = 0; i < s->n; i++)
+			if ((was[i] = s->e[i].watching))
+				entry_stop(s, &s->e[i]);
+		for (int i = 0; i < s->n; i++)
+			if (was[i])
+				entry_settle(s, &s->e[i]);
+	}
+	s->awake = 0;
+	thread_owns(s->epfd, 0);
+}
+
+/* ---- registrations ------------------------------------------------------ */
+
+void watch_epoll_created(int epfd)
+{
+	struct watch_set *s;
+
+	if (epfd < 0)
+		return;
+	pthread_mutex_lock(&table_lock);
+	if ((s = set_find(epfd)))
+		set_free(s);            /* the number's last owner was closed unseen */
+	pthread_mutex_unlock(&table_lock);
+	fd_set_flags(epfd, FDF_KNOWN | FDF_EPOLL);
+}
+
+static void mark_nested(int epfd)
+{
+	struct watch_set *s;
+
+	fd_add_flags(epfd, FDF_NESTED);
+	if ((s = set_lock(epfd))) {
+		s->unsafe = 1;
+		set_unwatch(s);
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
+void watch_epfd_copied(int epfd)
+{
+	if (fd_flags(epfd) & FDF_EPOLL)
+		mark_nested(epfd);
+}
+
+static void entry_modify(struct watch_set *s, struct watch_entry *e, const struct epoll_event *ev)
+{
+	e->events = ev->events;
+	e->data = ev->data;
+	e->seen_prod = 0;               /* MOD re-arms: report what is there */
+	if (e->watching && !watchable(s, e))
+		entry_unwatch(s, e);
+	if (!e->watching)
+		set_owed(s, e, has_unread(e->c));
+	if (s->awake)
+		entry_watch(s, e);
+}
+
+void watch_ctl(int epfd, int op, int fd, const struct epoll_event *ev)
+{
+	struct conn *c = NULL;
+	struct watch_set *s;
+	struct watch_entry *e;
+
+	if (op == EPOLL_CTL_ADD && (fd_flags(fd) & FDF_EPOLL))
+		mark_nested(fd);
+	if (op == EPOLL_CTL_ADD) {
+		if (!fd_has_conn(fd) || !(c = conn_get(fd)))
+			return;
+		if (c->mode != MODE_SHM) {
+			conn_put(c);
+			return;
+		}
+	} else if (!(fd_flags(fd) & FDF_WATCHED)) {
+		return;
+	}
+	pthread_mutex_lock(&table_lock);
+	s = set_find(epfd);
+	if (!s && c)
+		s = set_new(epfd);
+	if (!s) {
+		pthread_mutex_unlock(&table_lock);
+		if (c)
+			conn_put(c);
+		return;
+	}
+	pthread_mutex_lock(&s->lock);
+	if (c)
+		entry_add(s, fd, ev, c);
+	else if ((e = entry_find(s, fd)) && op == EPOLL_CTL_DEL)
+		entry_drop(s, (int)(e - s->e));
+	else if (e && op == EPOLL_CTL_MOD && ev)
+		entry_modify(s, e, ev);
+	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&table_lock);
+}
+
+void watch_fd_closed(int fd)
+{
+	uint8_t f = fd_flags(fd);
+	struct watch_set *s;
+
+	if (!(f & (FDF_WATCHED | FDF_EPOLL)))
+		return;
+	pthread_mutex_lock(&table_lock);
+	if ((f & FDF_EPOLL) && (s = set_find(fd)))
+		set_free(s);
+	for (int i = 0; (f & FDF_WATCHED) && i < n_sets; i++) {
+		s = sets[i];
+		pthread_mutex_lock(&s->lock);
+		for (int k = s->n - 1; k >= 0; k--)
+			if (s->e[k].fd == fd)
+				entry_drop(s, k);
+		pthread_mutex_unlock(&s->lock);
+	}
+	pthread_mutex_unlock(&table_lock);
+}
+
+/* ---- fork and exec: a child shares the epoll instances ------------------- */
+
+static void unwatch_all(void)
+{
+	for (int i = 0; i < n_sets; i++) {
+		pthread_mutex_lock(&sets[i]->lock);
+		set_unwatch(sets[i]);
+		pthread_mutex_unlock(&sets[i]->lock);
+	}
+}
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&table_lock);
+	unwatch_all();
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&table_lock);
+}
+
+static void fork_child(void)
+{
+	/* the only thread left: set locks other parent threads held are void */
+	for (int i = 0; i < n_sets; i++) {
+		pthread_mutex_init(&sets[i]->lock, NULL);
+		sets[i]->sleeping = 0;
+	}
+	pthread_mutex_init(&table_lock, NULL);
+}
+
+void watch_before_exec(void)
+{
+	pthread_mutex_lock(&table_lock);
+	unwatch_all();
+	pthread_mutex_unlock(&table_lock);
+}
+
+/* ---- waiting ------------------------------------------------------------ */
+
+/* Add (or merge into an event with the same data) one event. */
+static void put_event(struct epoll_event *ev, int *n, int max, epoll_data_t data, uint32_t events)
+{
+	for (int i = 0; i < *n; i++)
+		if (ev[i].data.u64 == data.u64) {
+			ev[i].events |= events;
+			return;
+		}
+	if (*n < max) {
+		ev[*n].events = events;
+		ev[*n].data = data;
+		(*n)++;
+	}
+}
+
+/*
+ * A kernel EPOLLIN on a watched descriptor whose ring is empty is a doorbell
+ * that arrived after we reported and the application read its bytes (a
+ * writer can be preempted between counting a doorbell and sending it).
+ * Passing it on would be a readable descriptor with nothing to read - wrk
+ * counts that as an error - so it is consumed and the event dropped.
+ */
+static uint32_t drop_stale(struct watch_set *s, epoll_data_t data, uint32_t events)
+{
+	if (!(events & EPOLLIN) || (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)))
+		return events;
+	for (int i = 0; i < s->n; i++) {
+		struct watch_entry *e = &s->e[i];
+
+		if (e->data.u64 != data.u64)
+			continue;
+		if (e->c->watch_regs == 1 && !has_unread(e->c) && rx_settle_bells(e->c, e->fd))
+			events &= ~(uint32_t)(EPOLLIN | EPOLLRDNORM);
+		break;
+	}
+	return events;
+}
+
+/* What the kernel has ready now, after the @n events already in @ev (-1 on error, n == 0 only). */
+static int kernel_look(struct watch_set *s, struct epoll_event *ev, int n, int max)
+{
+	struct epoll_event got[64];
+	int k = sys_epoll_look(s->epfd, got, max - n < 64 ? max - n : 64);
+
+	if (k < 0)
+		return n ? n : -1;      /* -1: the real wait says why */
+	for (int i = 0; i < k; i++) {
+		uint32_t events = drop_stale(s, got[i].data, got[i].events);
+		if (events)
+			put_event(ev, &n, max, got[i].data, events);
+	}
+	return n;
+}
+
+/* One-shot: the kernel's registration is disarmed with the event we report. */
+static void disarm(struct watch_set *s, struct watch_entry *e)
+{
+	struct epoll_event off = { .events = e->events & (EPOLLET | EPOLLONESHOT), .data = e->data };
+
+	sys_epoll_ctl(s->epfd, EPOLL_CTL_MOD, e->fd, &off);
+}
+
+/* Report watched and owed descriptors with unread bytes, after the @n events in @ev. */
+static int report_ready(struct watch_set *s, struct epoll_event *ev, int n, int max)
+{
+	if (!s->n_watching && !s->n_owed)
+		return n;
+	for (int i = 0; i < s->n && n < max; i++) {
+		struct watch_entry *e = &s->e[i];
+		uint64_t prod;
+
+		if (!e->watching && !e->owed)
+			continue;
+		prod = atomic_load_explicit(&e->c->rx->prod, memory_order_seq_cst);
+		if (prod == __atomic_load_n(&e->c->sh->cons, __ATOMIC_RELAXED)) {
+			set_owed(s, e, 0);
+			continue;
+		}
+		if (!(e->events & EPOLLIN) || ((e->events & EPOLLET) && prod == e->seen_prod))
+			continue;       /* not asked for now, or no new edge */
+		put_event(ev, &n, max, e->data, EPOLLIN | (e->events & EPOLLRDNORM));
+		e->seen_prod = prod;
+		if (e->events & EPOLLONESHOT)
+			disarm(s, e);
+		if (e->events & (EPOLLET | EPOLLONESHOT))
+			set_owed(s, e, 0);
+	}
+	return n;
+}
+
+/* Watch the rings (and the kernel, every KERNEL_LOOK_NS) until something is ready or the spin ends. */
+static int spin_watch(struct watch_set *s, struct epoll_event *ev, int max)
+{
+	long long until = spin_deadline(), next_look;
+	int n = 0;
+
+	if (!until)
+		return 0;
+	set_watch(s);
+	next_look = spin_now() + KERNEL_LOOK_NS;
+	for (;;) {
+		long long now;
+
+		for (int k = 0; k < 16 && !n; k++) {
+			n = report_ready(s, ev, 0, max);
+			__builtin_ia32_pause();
+		}
+		if (n)
+			return n;
+		now = spin_now();
+		if (now >= next_look) {
+			if ((n = kernel_look(s, ev, 0, max)) > 0)
+				return n;
+			next_look = now + KERNEL_LOOK_NS;
+		}
+		if (now >= until)
+			return 0;
+	}
+}
+
+int watch_before_wait(int epfd, struct epoll_event *ev, int max, int timeout, int may_spin)
+{
+	struct watch_set *s;
+	int n;
+
+	if (!(fd_flags(epfd) & FDF_EPOLL) || max <= 0 || !(s = set_lock(epfd)))
+		return WATCH_PASS;
+	n = report_ready(s, ev, 0, max);
+	if (n < max)
+		n = kernel_look(s, ev, n, max);
+	if (n == 0 && timeout != 0) {
+		if (may_spin)
+			n = spin_watch(s, ev, max);
+		if (n == 0) {
+			/* going to sleep: end the watch, then report what it left us */
+			set_unwatch(s);
+			n = report_ready(s, ev, 0, max);
+		}
+	}
+	if (n > 0)
+		set_watch(s);           /* awake: the application handles these and comes back */
+	else if (n == 0 && timeout != 0)
+		s->sleeping++;
+	pthread_mutex_unlock(&s->lock);
+	if (n < 0)
+		return WATCH_PASS;
+	if (n == 0 && timeout != 0) {
+		watch_thread_sleeps();
+		return WATCH_SLEEP;
+	}
+	return n;
+}
+
+int watch_after_sleep(int epfd, struct epoll_event *ev, int n)
+{
+	struct watch_set *s = set_lock(epfd);
+	int kept = 0;
+
+	if (!s)
+		return n;
+	if (s->sleeping > 0)
+		s->sleeping--;
+	for (int i = 0; i < n; i++) {
+		uint32_t events = drop_stale(s, ev[i].data, ev[i].events);
+		if (events) {
+			ev[kept].data = ev[i].data;
+			ev[kept++].events = events;
+		}
+	}
+	if (kept > 0)
+		set_watch(s);
+	pthread_mutex_unlock(&s->lock);
+	return n > 0 ? kept : n;
+}
+
+void watch_thread_sleeps(void)
+{
+	while (n_my_sets > 0) {
+		int epfd = my_sets[n_my_sets - 1];
+		struct watch_set *s = set_lock(epfd);
+
+		if (!s) {
+			thread_owns(epfd, 0);
+			continue;
+		}
+		set_unwatch(s);         /* drops it from my_sets */
+		pthread_mutex_unlock(&s->lock);
+	}
+}

@@ -1,0 +1,50 @@
+/*
+ * watch.h - epoll waits that look at the rings (watch.c has the argument).
+ *
+ * The epoll wrappers in preload.c call these; everything else about a
+ * descriptor's readiness stays the kernel's.
+ */
+#ifndef SMCLO_WATCH_H
+#define SMCLO_WATCH_H
+
+#include <sys/epoll.h>
+
+#define WATCH_PASS  (-2)    /* not ours: do the real wait */
+#define WATCH_SLEEP (-3)    /* nothing yet: do the real wait, then watch_after_sleep() */
+
+/* A new epoll instance @epfd (from epoll_create*). */
+void watch_epoll_created(int epfd);
+
+/* After a successful epoll_ctl(@epfd, @op, @fd, @ev). */
+void watch_ctl(int epfd, int op, int fd, const struct epoll_event *ev);
+
+/* @fd is being closed (or replaced by dup2): forget what we know of it. */
+void watch_fd_closed(int fd);
+
+/* @epfd was duplicated: waits through the copy are not ours, so stop watching. */
+void watch_epfd_copied(int epfd);
+
+/*
+ * Before an epoll wait on @epfd: the events only we know about (bytes that
+ * came without a doorbell) merged with what the kernel has ready now; when
+ * there are none and @timeout (ms, -1 forever) allows, watch the rings for a
+ * moment (@may_spin: the wait has no signal mask of its own).  Returns the
+ * number of events to return (0 only for @timeout 0), WATCH_PASS or
+ * WATCH_SLEEP.
+ */
+int watch_before_wait(int epfd, struct epoll_event *ev, int max, int timeout, int may_spin);
+
+/*
+ * After the real wait that WATCH_SLEEP asked for returned @n events in @ev:
+ * drops the stale doorbells among them and returns how many are left (0
+ * means: wait again), or @n itself when it is not positive.
+ */
+int watch_after_sleep(int epfd, struct epoll_event *ev, int n);
+
+/* The calling thread is about to sleep in the kernel: end the watches it started. */
+void watch_thread_sleeps(void);
+
+/* Before exec: end every watch (the new program knows nothing of them). */
+void watch_before_exec(void);
+
+#endif
