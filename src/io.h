@@ -42,6 +42,16 @@ uint32_t tx_unacked(struct conn *c);
 ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);
 uint32_t rx_available(struct conn *c);
 /*
+ * Unread bytes in the ring right now, without the lock: a hint for readiness
+ * (watch.c, pollwait.c); the read that follows checks everything properly.
+ */
+static inline int rx_has_unread(struct conn *c)
+{
+	return atomic_load_explicit(&c->rx->prod, memory_order_seq_cst) !=
+	       __atomic_load_n(&c->sh->cons, __ATOMIC_RELAXED);
+}
+
+/*
  * The kernel says @fd is readable: if the ring is empty and the stream not
  * ended, that can only be doorbells that arrived after their bytes were read
  * (watch.c reads without waiting for them).  Consume them; returns 1 if

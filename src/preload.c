@@ -7,15 +7,17 @@
  * descriptors, files and pipes pay almost nothing.  The decisions themselves
  * live in handshake.c; the byte moving in tx.c / rx.c.
  *
- * Readiness is the kernel's (the descriptor is a real socket); the epoll
- * wrappers only add what watch.c knows about bytes that came without a
- * doorbell, and watch the rings for a moment before sleeping.
+ * Readiness is the kernel's (the descriptor is a real socket); the epoll,
+ * poll and select wrappers only add what the rings know about bytes that
+ * came without a doorbell (watch.c, pollwait.c), take out stale doorbells,
+ * and watch the rings for a moment before sleeping.
  */
 #include "config.h"
 #include "conn.h"
 #include "handshake.h"
 #include "io.h"
 #include "log.h"
+#include "pollwait.h"
 #include "registry.h"
 #include "sockopt.h"
 #include "stats.h"
@@ -689,6 +691,16 @@ struct epoll_call {
 	const struct timespec *ts;      /* pwait2's own timeout, for the first sleep */
 };
 
+static int timespec_ms(const struct timespec *ts)
+{
+	long long ms;
+
+	if (!ts)
+		return -1;
+	ms = ts->tv_sec * 1000LL + (ts->tv_nsec + 999999) / 1000000;
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
 static long long now_ms(void)
 {
 	struct timespec t;
@@ -756,9 +768,61 @@ EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct 
 {
 	REAL(epoll_pwait2);
 	struct epoll_call k = { .pwait2 = real_epoll_pwait2, .mask = mask, .ts = ts };
-	long long ms = ts ? ts->tv_sec * 1000LL + (ts->tv_nsec + 999999) / 1000000 : -1;
+	return watched_epoll(&k, epfd, ev, max, timespec_ms(ts));
+}
 
-	return watched_epoll(&k, epfd, ev, max, ms > INT_MAX ? INT_MAX : (int)ms);
+/* ---- poll and select (pollwait.c) --------------------------------------- */
+
+EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+	REAL(poll);
+
+	if (smclo_active && pollwait_needed(fds, n))
+		return pollwait(fds, n, timeout, NULL);
+	return real_poll(fds, n, timeout);
+}
+
+EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen)
+{
+	(void)fdslen;
+	return poll(fds, n, timeout);
+}
+
+EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
+{
+	REAL(ppoll);
+
+	if (smclo_active && pollwait_needed(fds, n))
+		return pollwait(fds, n, timespec_ms(ts), mask);
+	return real_ppoll(fds, n, ts, mask);
+}
+
+EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts,
+                       const sigset_t *mask, size_t fdslen)
+{
+	(void)fdslen;
+	return ppoll(fds, n, ts, mask);
+}
+
+EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
+{
+	REAL(select);
+
+	if (smclo_active && selectwait_needed(nfds, rd)) {
+		long long ms = tv ? tv->tv_sec * 1000LL + (tv->tv_usec + 999) / 1000 : -1;
+		return selectwait(nfds, rd, wr, ex, ms > INT_MAX ? INT_MAX : (int)ms, NULL);
+	}
+	return real_select(nfds, rd, wr, ex, tv);
+}
+
+EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *ts,
+                   const sigset_t *mask)
+{
+	REAL(pselect);
+
+	if (smclo_active && selectwait_needed(nfds, rd))
+		return selectwait(nfds, rd, wr, ex, timespec_ms(ts), mask);
+	return real_pselect(nfds, rd, wr, ex, ts, mask);
 }
 
 /* ---- exec --------------------------------------------------------------- */

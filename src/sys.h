@@ -10,6 +10,7 @@
 #define SMCLO_SYS_H
 
 #include <poll.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -123,6 +124,11 @@ static inline int sys_fcntl(int fd, int c, long a)
 static inline int sys_epoll_look(int epfd, void *ev, int max)
 {
 	return (int)syscall(SYS_epoll_pwait, epfd, ev, max, 0, NULL, 8);
+}
+
+static inline int sys_ppoll(struct pollfd *p, nfds_t n, struct timespec *ts, const void *mask)
+{
+	return (int)syscall(SYS_ppoll, p, n, ts, mask, 8);
 }
 
 static inline int sys_epoll_ctl(int epfd, int op, int fd, void *ev)

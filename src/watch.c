@@ -91,12 +91,6 @@ static void fork_child(void);
 
 /* ---- one entry ---------------------------------------------------------- */
 
-static int has_unread(struct conn *c)
-{
-	return atomic_load_explicit(&c->rx->prod, memory_order_seq_cst) !=
-	       __atomic_load_n(&c->sh->cons, __ATOMIC_RELAXED);
-}
-
 static int watchable(const struct watch_set *s, const struct watch_entry *e)
 {
 	return !s->unsafe && !s->sleeping && (e->events & EPOLLIN) &&
@@ -251,7 +245,7 @@ static void entry_add(struct watch_set *s, int fd, const struct epoll_event *ev,
 	e->data = ev->data;
 	e->c = c;
 	c->watch_regs++;
-	set_owed(s, e, has_unread(c));  /* ADD reports what is there already */
+	set_owed(s, e, rx_has_unread(c));  /* ADD reports what is there already */
 	fd_add_flags(fd, FDF_WATCHED);
 	if (s->awake)
 		entry_watch(s, e);
@@ -332,6 +326,22 @@ void watch_epfd_copied(int epfd)
 		mark_nested(epfd);
 }
 
+int watch_epfd_polled(int epfd)
+{
+	struct watch_set *s;
+	int ready = 0;
+
+	if (!(fd_flags(epfd) & FDF_EPOLL))
+		return 0;
+	mark_nested(epfd);
+	if ((s = set_lock(epfd))) {
+		for (int i = 0; i < s->n && s->n_owed && !ready; i++)
+			ready = s->e[i].owed && (s->e[i].events & EPOLLIN) && rx_has_unread(s->e[i].c);
+		pthread_mutex_unlock(&s->lock);
+	}
+	return ready;
+}
+
 static void entry_modify(struct watch_set *s, struct watch_entry *e, const struct epoll_event *ev)
 {
 	e->events = ev->events;
@@ -340,7 +350,7 @@ static void entry_modify(struct watch_set *s, struct watch_entry *e, const struc
 	if (e->watching && !watchable(s, e))
 		entry_unwatch(s, e);
 	if (!e->watching)
-		set_owed(s, e, has_unread(e->c));
+		set_owed(s, e, rx_has_unread(e->c));
 	if (s->awake)
 		entry_watch(s, e);
 }
@@ -477,7 +487,7 @@ static uint32_t drop_stale(struct watch_set *s, epoll_data_t data, uint32_t even
 
 		if (e->data.u64 != data.u64)
 			continue;
-		if (e->c->watch_regs == 1 && !has_unread(e->c) && rx_settle_bells(e->c, e->fd))
+		if (e->c->watch_regs == 1 && !rx_has_unread(e->c) && rx_settle_bells(e->c, e->fd))
 			events &= ~(uint32_t)(EPOLLIN | EPOLLRDNORM);
 		break;
 	}

@@ -25,6 +25,12 @@ void watch_fd_closed(int fd);
 void watch_epfd_copied(int epfd);
 
 /*
+ * @epfd is being waited for by poll or select: it is nested from now on.
+ * Returns 1 if it has events only we know about (it is readable).
+ */
+int watch_epfd_polled(int epfd);
+
+/*
  * Before an epoll wait on @epfd: the events only we know about (bytes that
  * came without a doorbell) merged with what the kernel has ready now; when
  * there are none and @timeout (ms, -1 forever) allows, watch the rings for a

@@ -1,0 +1,24 @@
+/*
+ * pollwait.h - poll(), ppoll(), select() and pselect() on accelerated
+ * connections (pollwait.c has the argument).
+ */
+#ifndef SMCLO_POLLWAIT_H
+#define SMCLO_POLLWAIT_H
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/select.h>
+
+/* Does any descriptor in @fds need us (an accelerated connection or an epoll set)? */
+int pollwait_needed(const struct pollfd *fds, nfds_t n);
+
+/* ppoll() with smclo's view added: @timeout in ms (-1: forever). */
+int pollwait(struct pollfd *fds, nfds_t n, int timeout, const sigset_t *mask);
+
+/* Does any descriptor in @rd (below @nfds) need us? */
+int selectwait_needed(int nfds, const fd_set *rd);
+
+/* pselect() on top of pollwait(). */
+int selectwait(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout, const sigset_t *mask);
+
+#endif
