@@ -472,25 +472,29 @@ static void put_event(struct epoll_event *ev, int *n, int max, epoll_data_t data
 }
 
 /*
- * A kernel EPOLLIN on a watched descriptor whose ring is empty is a doorbell
- * that arrived after we reported and the application read its bytes (a
- * writer can be preempted between counting a doorbell and sending it).
- * Passing it on would be a readable descriptor with nothing to read - wrk
- * counts that as an error - so it is consumed and the event dropped.
+ * An event from the kernel, seen against the rings.  An EPOLLIN for an empty
+ * ring whose stream goes on is a doorbell that arrived after we reported its
+ * bytes and the application read them (a writer can be preempted between
+ * counting a doorbell and sending it); passing it on would be a readable
+ * descriptor with nothing to read - wrk counts that as an error - so it is
+ * consumed and the event dropped.  A real one is the edge for every byte
+ * there now: an edge-triggered reader reads them all, so we report no other.
  */
-static uint32_t drop_stale(struct watch_set *s, epoll_data_t data, uint32_t events)
+static uint32_t kernel_event(struct watch_set *s, epoll_data_t data, uint32_t events)
 {
-	if (!(events & EPOLLIN) || (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)))
-		return events;
-	for (int i = 0; i < s->n; i++) {
-		struct watch_entry *e = &s->e[i];
+	struct watch_entry *e = NULL;
 
-		if (e->data.u64 != data.u64)
-			continue;
-		if (e->c->watch_regs == 1 && !rx_has_unread(e->c) && rx_settle_bells(e->c, e->fd))
-			events &= ~(uint32_t)(EPOLLIN | EPOLLRDNORM);
-		break;
-	}
+	if (!(events & EPOLLIN))
+		return events;
+	for (int i = 0; i < s->n && !e; i++)
+		if (s->e[i].data.u64 == data.u64)
+			e = &s->e[i];
+	if (!e || e->c->watch_regs != 1)
+		return events;
+	if (!rx_has_unread(e->c) && !(events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) &&
+	    rx_settle_bells(e->c, e->fd))
+		return events & ~(uint32_t)(EPOLLIN | EPOLLRDNORM);
+	e->seen_prod = atomic_load_explicit(&e->c->rx->prod, memory_order_seq_cst);
 	return events;
 }
 
@@ -503,7 +507,7 @@ static int kernel_look(struct watch_set *s, struct epoll_event *ev, int n, int m
 	if (k < 0)
 		return n ? n : -1;      /* -1: the real wait says why */
 	for (int i = 0; i < k; i++) {
-		uint32_t events = drop_stale(s, got[i].data, got[i].events);
+		uint32_t events = kernel_event(s, got[i].data, got[i].events);
 		if (events)
 			put_event(ev, &n, max, got[i].data, events);
 	}
@@ -619,7 +623,7 @@ int watch_after_sleep(int epfd, struct epoll_event *ev, int n)
 	if (s->sleeping > 0)
 		s->sleeping--;
 	for (int i = 0; i < n; i++) {
-		uint32_t events = drop_stale(s, ev[i].data, ev[i].events);
+		uint32_t events = kernel_event(s, ev[i].data, ev[i].events);
 		if (events) {
 			ev[kept].data = ev[i].data;
 			ev[kept++].events = events;

@@ -61,6 +61,16 @@ class Registry:
                              capture_output=True, text=True).stdout
         return json.loads(out)
 
+    def wait_stats(self, ready, timeout=10.0):
+        """The totals once ready(totals) holds (counters of connections that
+        are still closing arrive a moment later), or the last ones seen."""
+        deadline = time.time() + timeout
+        st = self.stats()
+        while not ready(st) and time.time() < deadline:
+            time.sleep(0.05)
+            st = self.stats()
+        return st
+
     def stat(self):
         out = subprocess.run([SMCLO, "stat", "--json"], env=self.env, check=True,
                              capture_output=True, text=True).stdout
