@@ -143,15 +143,26 @@ static int rx_spin(struct conn *c, size_t take)
 static int rx_wait(struct conn *c, int fd, int dontwait, size_t take)
 {
 	struct conn_shared *sh = c->sh;
+	int consume;
 	char b;
 	ssize_t n;
 
 	if (!dontwait && rx_spin(c, take))
 		return 0;
+	/*
+	 * A consuming read that nothing else waits beside (no epoll set of ours
+	 * holds the descriptor, no other process) takes the doorbell that wakes
+	 * it instead of peeking: no drain afterwards, so a sleeping round trip
+	 * costs the kernel's two system calls, as TCP's does.  Bytes it leaves
+	 * unread then have no doorbell, which is fine: every later wait of ours
+	 * (a read, poll, select, an epoll registration) looks at the ring.
+	 */
+	consume = !dontwait && take > 0 && c->watch_regs == 0 &&
+	          atomic_load_explicit(&sh->holders, memory_order_relaxed) == 1;
 	sh_unlock(&sh->rx_lock);
 	if (!dontwait)
 		watch_thread_sleeps();
-	n = sys_recv(fd, &b, 1, MSG_PEEK | (dontwait ? MSG_DONTWAIT : 0));
+	n = sys_recv(fd, &b, 1, (consume ? 0 : MSG_PEEK) | (dontwait ? MSG_DONTWAIT : 0));
 	int err = errno;
 	if (!dontwait)
 		atomic_fetch_sub_explicit(&c->tx->sleepers, 1, memory_order_relaxed);
@@ -162,9 +173,15 @@ static int rx_wait(struct conn *c, int fd, int dontwait, size_t take)
 	}
 	if (n < 0)
 		return -err;
-	/* a message is queued, or the peer hung up */
-	if (atomic_load_explicit(&c->rx->bell_seq, memory_order_acquire) != sh->bells_drained)
+	/* a doorbell (counted before it was sent), or the peer hung up */
+	if (atomic_load_explicit(&c->rx->bell_seq, memory_order_acquire) != sh->bells_drained) {
+		if (consume) {
+			sh->bells_drained++;
+			atomic_store_explicit(&c->tx->bells_drained, sh->bells_drained,
+			                      memory_order_relaxed);
+		}
 		return 0;
+	}
 	uint32_t hup = peer_hangup_flags(fd);
 	if (hup) {
 		atomic_fetch_or(&sh->flags, hup);
