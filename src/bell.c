@@ -12,13 +12,18 @@
  */
 #include "io.h"
 
+#include "sockopt.h"
 #include "sys.h"
 #include "watch.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <sched.h>
+#include <signal.h>
+#include <time.h>
 
 /* Ring once: count, send, take the count back on failure. */
 static int bell_send_once(struct conn *c, int fd, int only_if_unread)
@@ -61,6 +66,10 @@ static int reader_watching(struct conn *c, uint64_t unread)
 
 	if (unread <= atomic_load_explicit(&r->spin_take, memory_order_seq_cst))
 		return 1;
+	/* asleep on the futex in a read that takes it all: the wake-up is enough */
+	if (unread <= atomic_load_explicit(&r->futex_take, memory_order_seq_cst) &&
+	    atomic_load_explicit(&r->sleepers, memory_order_seq_cst) == 0)
+		return 1;
 	return atomic_load_explicit(&r->watchers, memory_order_seq_cst) != 0 &&
 	       atomic_load_explicit(&r->sleepers, memory_order_seq_cst) == 0;
 }
@@ -74,6 +83,8 @@ void bell_after_produce(struct conn *c, int fd)
 {
 	struct conn_shared *sh = c->sh;
 	uint64_t peer_cons;
+
+	bell_wake_sleeper(c);
 
 	if (bells_outstanding(c) >= BELL_LOG - 1)
 		return;                 /* the reader has plenty queued already */
@@ -89,6 +100,78 @@ void bell_after_produce(struct conn *c, int fd)
 		return;
 	}
 	bell_send_once(c, fd, 1);
+}
+
+/* ---- a reader asleep on the futex (rx.c) ------------------------------- */
+
+void bell_wake_word(_Atomic uint32_t *word)
+{
+	atomic_fetch_add_explicit(word, 1, memory_order_seq_cst);
+	syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+void bell_wake_sleeper(struct conn *c)
+{
+	/* the region is mapped writable by both; the word is the reader's */
+	if (atomic_load_explicit(&c->rx->futex_take, memory_order_seq_cst))
+		bell_wake_word((_Atomic uint32_t *)&c->rx->wake_seq);
+}
+
+/*
+ * A socket read interrupted by a signal handler is restarted by the kernel
+ * when the handler has SA_RESTART.  We do not learn which signal came, so we
+ * restart only if every handler installed has it; otherwise the read fails
+ * with EINTR as it would have for that signal.
+ */
+static int handlers_restart(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+
+		if (sigaction(sig, NULL, &sa) == 0 && !(sa.sa_flags & SA_RESTART) &&
+		    sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)
+			return 0;
+	}
+	return 1;
+}
+
+static long long mono_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000LL + t.tv_nsec / 1000000;
+}
+
+/*
+ * A crashed writer wakes no futex, and a signal that arrives between two
+ * waits would not interrupt the next, so the futex is only the first
+ * SLEEP_TICK_MS of a sleep: a round trip is far shorter, and a reader still
+ * waiting after that goes on sleeping on the doorbell socket, where the
+ * kernel reports hang-ups and signals exactly.
+ */
+#define SLEEP_TICK_MS 20
+
+int bell_sleep(struct conn *c, int fd, uint32_t seq)
+{
+	int timeo = so_rcvtimeo_ms(c, fd);
+	int ms = timeo > 0 && timeo < SLEEP_TICK_MS ? timeo : SLEEP_TICK_MS;
+	long long end = mono_ms() + ms;
+
+	for (;;) {
+		long long left = end - mono_ms();
+		struct timespec t = { .tv_nsec = 1000000L * (left > 0 ? left : 0) };
+
+		if (left <= 0)
+			return ms == timeo ? -EAGAIN : BELL_SLEEP_ON;
+		if (syscall(SYS_futex, &c->tx->wake_seq, FUTEX_WAIT, seq, &t, NULL, 0) == 0 ||
+		    errno == EAGAIN)
+			return 0;                       /* woken, or the word moved on */
+		if (errno == EINTR && !handlers_restart())
+			return -EINTR;
+		if (errno != EINTR && errno != ETIMEDOUT)
+			return 0;
+	}
 }
 
 /*

@@ -34,6 +34,7 @@ static void publish_close(struct conn *c)
 	atomic_store(&c->tx->fin_prod, sh->prod);
 	atomic_fetch_or_explicit(&c->tx->flags, flags, memory_order_release);
 	sh_unlock(&sh->tx_lock);
+	bell_wake_sleeper(c);
 }
 
 static void close_hidden_tcp(struct conn *c, int last)
@@ -87,8 +88,10 @@ int conn_shutdown(struct conn *c, int fd, int how)
 		errno = EINVAL;
 		return -1;
 	}
-	if (how != SHUT_WR)
+	if (how != SHUT_WR) {
 		atomic_fetch_or(&sh->flags, SH_SHUT_RD);
+		bell_wake_word(&c->tx->wake_seq);       /* our own reader, if asleep */
+	}
 	if (how != SHUT_RD) {
 		sh_lock(&sh->tx_lock);
 		if (!(atomic_load(&sh->flags) & SH_SHUT_WR)) {
@@ -97,6 +100,7 @@ int conn_shutdown(struct conn *c, int fd, int how)
 			atomic_fetch_or(&sh->flags, SH_SHUT_WR);
 		}
 		sh_unlock(&sh->tx_lock);
+		bell_wake_sleeper(c);
 		/* the peer's descriptor reports POLLRDHUP / EPOLLRDHUP */
 		sys_shutdown(fd, SHUT_WR);
 	}

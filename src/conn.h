@@ -47,6 +47,8 @@ struct conn_shared {
 	_Atomic uint32_t flags;         /* SH_* */
 	_Atomic int nonblock;           /* O_NONBLOCK of the shared file, kept by our
 	                                   fcntl/ioctl wrappers: no syscall per wait */
+	_Atomic int rcvtimeo_ms;        /* SO_RCVTIMEO of the doorbell socket, +1
+	                                   (0: not looked up since it was last set) */
 };
 
 struct conn {

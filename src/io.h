@@ -30,6 +30,17 @@ void bell_fill(struct conn *c, int fd);
 /* Block until the peer drains doorbells (0), or -errno; honours SO_SNDTIMEO. */
 int bell_wait_writable(int fd, int dontwait);
 void bell_drain(struct conn *c, int fd, int keep_one);
+/* Wake the peer if it sleeps on its futex word (it reads what we produced). */
+void bell_wake_sleeper(struct conn *c);
+/* Move a futex word on and wake whoever sleeps on it. */
+void bell_wake_word(_Atomic uint32_t *word);
+/*
+ * Sleep on our futex word while it still holds @seq, for a short while: 0
+ * when woken (look again), BELL_SLEEP_ON when the caller should go on
+ * sleeping on the doorbell socket, -EAGAIN when SO_RCVTIMEO expired, -EINTR.
+ */
+#define BELL_SLEEP_ON 2
+int bell_sleep(struct conn *c, int fd, uint32_t seq);
 /* SH_PEER_GONE and/or SH_PEER_SHUT as the doorbell socket reports them now. */
 uint32_t peer_hangup_flags(int fd);
 

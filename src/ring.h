@@ -52,6 +52,9 @@ struct ring_hdr {
 	                                       they report new bytes themselves (watch.c) */
 	_Atomic uint32_t sleepers;          /* owner's waits asleep in the kernel on the
 	                                       doorbell socket: they need a doorbell */
+	_Atomic uint32_t futex_take;        /* owner sleeps on wake_seq in a read that
+	                                       takes up to this many bytes (0: not) */
+	_Atomic uint32_t wake_seq;          /* futex word: the writer bumps it to wake */
 	/* doorbells the owner sent (value = owner's prod when it rang) */
 	_Alignas(64) _Atomic uint64_t bell_seq;
 	_Atomic uint64_t bells_drained;     /* doorbells the owner consumed */

@@ -101,22 +101,44 @@ static int rx_end_state(struct conn *c, uint32_t peer_flags)
 	return 0;
 }
 
+/* How a reader that found the ring empty sleeps (or 'look again'). */
+enum { LOOK_AGAIN = -1, SLEEP_PEEK, SLEEP_FUTEX };
+
+/*
+ * A blocking read that nothing else waits beside (no epoll set of ours holds
+ * the descriptor, no other process does) sleeps on a futex word in its ring
+ * header instead of the doorbell socket: the writer wakes it and, when the
+ * read takes every unread byte, sends no doorbell, so a sleeping round trip
+ * costs one futex wait and one wake.  With the cores oversubscribed that is
+ * measured at half the round trip of a socket wake-up (docs/performance.md).
+ * Bytes such a read leaves unread have no doorbell, which is fine: every
+ * later wait of ours (a read, poll, select, an epoll registration) looks at
+ * the ring.
+ */
+static int futex_ok(struct conn *c, size_t take)
+{
+	return take > 0 && c->watch_regs == 0 &&
+	       !atomic_load_explicit(&c->sh->nonblock, memory_order_relaxed) &&
+	       atomic_load_explicit(&c->sh->holders, memory_order_relaxed) == 1;
+}
+
 /*
  * A blocking reader watches the ring before it sleeps (spin.h).  While it
  * does, it tells the writer how much its read will take (@take; 0 for a
  * peek, which consumes nothing): a writer whose unread bytes all fit needs
  * no doorbell, because this read takes them all and the descriptor is left
- * with nothing unread — exactly what its readiness then says.  Clearing the
- * offer and looking at the producer once more pairs with the writer's
- * publish-then-look (both seq_cst): either the writer saw no offer and
- * rings, or we see its bytes and do not sleep.  Before that look we count
- * ourselves among the sleepers, so no writer skips a doorbell because an
- * epoll wait of our process is watching the ring (watch.c) while we sleep.
- * Returns 1 to look again, 0 to sleep (counted as a sleeper).
+ * with nothing unread — exactly what its readiness then says.  Then it
+ * leaves the promise it sleeps under - futex_take (@futex, if no other
+ * thread holds it; *@seq is the word to wait on) or a count among the
+ * sleepers, for whom writers always ring - withdraws the spin offer and
+ * looks at the producer once more: with the writer's publish-then-look
+ * (both seq_cst) either the writer saw the promise, or we see its bytes.
+ * Returns LOOK_AGAIN, SLEEP_PEEK or SLEEP_FUTEX.
  */
-static int rx_spin(struct conn *c, size_t take)
+static int rx_spin(struct conn *c, size_t take, int futex, uint32_t *seq)
 {
 	struct conn_shared *sh = c->sh;
+	uint32_t none = 0;
 	uint64_t prod;
 	int changed;
 
@@ -125,15 +147,22 @@ static int rx_spin(struct conn *c, size_t take)
 	atomic_store_explicit(&c->tx->spin_take, (uint32_t)take, memory_order_seq_cst);
 	changed = spin_for_change(atomic_load_explicit(&sh->nonblock, memory_order_relaxed),
 	                          &c->rx->prod, sh->cons, &c->rx->flags);
-	/* about to sleep: from now on every writer must ring (watch.c's watchers too) */
-	atomic_fetch_add_explicit(&c->tx->sleepers, 1, memory_order_seq_cst);
+	if (futex) {
+		*seq = atomic_load_explicit(&c->tx->wake_seq, memory_order_seq_cst);
+		futex = atomic_compare_exchange_strong(&c->tx->futex_take, &none, (uint32_t)take);
+	}
+	if (!futex)
+		atomic_fetch_add_explicit(&c->tx->sleepers, 1, memory_order_seq_cst);
 	atomic_store_explicit(&c->tx->spin_take, 0, memory_order_seq_cst);
 	/* a cursor that fails its checks is a reason to look again (and reset), not to sleep */
 	if (changed || rx_peer_prod(c, &prod) < 0 || prod != sh->cons) {
-		atomic_fetch_sub_explicit(&c->tx->sleepers, 1, memory_order_relaxed);
-		return 1;
+		if (futex)
+			atomic_store_explicit(&c->tx->futex_take, 0, memory_order_relaxed);
+		else
+			atomic_fetch_sub_explicit(&c->tx->sleepers, 1, memory_order_relaxed);
+		return LOOK_AGAIN;
 	}
-	return 0;
+	return futex ? SLEEP_FUTEX : SLEEP_PEEK;
 }
 
 /*
@@ -143,26 +172,34 @@ static int rx_spin(struct conn *c, size_t take)
 static int rx_wait(struct conn *c, int fd, int dontwait, size_t take)
 {
 	struct conn_shared *sh = c->sh;
-	int consume;
+	int kind = SLEEP_PEEK;
+	uint32_t seq = 0;
 	char b;
 	ssize_t n;
 
-	if (!dontwait && rx_spin(c, take))
+	if (!dontwait && (kind = rx_spin(c, take, futex_ok(c, take), &seq)) == LOOK_AGAIN)
 		return 0;
-	/*
-	 * A consuming read that nothing else waits beside (no epoll set of ours
-	 * holds the descriptor, no other process) takes the doorbell that wakes
-	 * it instead of peeking: no drain afterwards, so a sleeping round trip
-	 * costs the kernel's two system calls, as TCP's does.  Bytes it leaves
-	 * unread then have no doorbell, which is fine: every later wait of ours
-	 * (a read, poll, select, an epoll registration) looks at the ring.
-	 */
-	consume = !dontwait && take > 0 && c->watch_regs == 0 &&
-	          atomic_load_explicit(&sh->holders, memory_order_relaxed) == 1;
 	sh_unlock(&sh->rx_lock);
 	if (!dontwait)
 		watch_thread_sleeps();
-	n = sys_recv(fd, &b, 1, (consume ? 0 : MSG_PEEK) | (dontwait ? MSG_DONTWAIT : 0));
+	if (kind == SLEEP_FUTEX) {
+		int r = bell_sleep(c, fd, seq);
+
+		if (r == BELL_SLEEP_ON) {
+			/* a long wait: go on as a sleeper on the doorbell socket */
+			atomic_fetch_add_explicit(&c->tx->sleepers, 1, memory_order_seq_cst);
+			atomic_store_explicit(&c->tx->futex_take, 0, memory_order_seq_cst);
+			if (!rx_has_unread(c))
+				goto socket_wait;
+			atomic_fetch_sub_explicit(&c->tx->sleepers, 1, memory_order_relaxed);
+			r = 0;
+		}
+		atomic_store_explicit(&c->tx->futex_take, 0, memory_order_relaxed);
+		sh_lock(&sh->rx_lock);
+		return r;
+	}
+socket_wait:
+	n = sys_recv(fd, &b, 1, MSG_PEEK | (dontwait ? MSG_DONTWAIT : 0));
 	int err = errno;
 	if (!dontwait)
 		atomic_fetch_sub_explicit(&c->tx->sleepers, 1, memory_order_relaxed);
@@ -173,15 +210,9 @@ static int rx_wait(struct conn *c, int fd, int dontwait, size_t take)
 	}
 	if (n < 0)
 		return -err;
-	/* a doorbell (counted before it was sent), or the peer hung up */
-	if (atomic_load_explicit(&c->rx->bell_seq, memory_order_acquire) != sh->bells_drained) {
-		if (consume) {
-			sh->bells_drained++;
-			atomic_store_explicit(&c->tx->bells_drained, sh->bells_drained,
-			                      memory_order_relaxed);
-		}
+	/* a message is queued, or the peer hung up */
+	if (atomic_load_explicit(&c->rx->bell_seq, memory_order_acquire) != sh->bells_drained)
 		return 0;
-	}
 	uint32_t hup = peer_hangup_flags(fd);
 	if (hup) {
 		atomic_fetch_or(&sh->flags, hup);

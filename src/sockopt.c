@@ -61,7 +61,24 @@ int so_setsockopt(struct conn *c, int fd, int level, int opt, const void *val, s
 
 	if (rc == 0 && level == SOL_SOCKET && (opt == SO_RCVTIMEO || opt == SO_SNDTIMEO))
 		rc = sys_setsockopt(fd, level, opt, val, len);
+	if (rc == 0 && level == SOL_SOCKET && opt == SO_RCVTIMEO)
+		atomic_store(&c->sh->rcvtimeo_ms, 0);
 	return rc;
+}
+
+int so_rcvtimeo_ms(struct conn *c, int fd)
+{
+	int ms = atomic_load_explicit(&c->sh->rcvtimeo_ms, memory_order_relaxed) - 1;
+	struct timeval tv = { 0 };
+	socklen_t l = sizeof(tv);
+
+	if (ms >= 0)
+		return ms;
+	if (sys_getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) < 0)
+		return 0;
+	ms = (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
+	atomic_store_explicit(&c->sh->rcvtimeo_ms, ms + 1, memory_order_relaxed);
+	return ms;
 }
 
 int so_name(struct conn *c, int peer, struct sockaddr *sa, socklen_t *len)
