@@ -106,3 +106,45 @@ def test_reader_killed_while_writer_blocked(reg, procs):
     reg.stat()
     for sub in ("l", "p", "s", "c"):
         assert reg.entries(sub) == [], (sub, reg.entries(sub))
+
+
+TICKER = r"""
+import socket, sys, time
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+while True:
+    c.sendall(b"t")
+    time.sleep(0.005)
+"""
+
+TICK_READER = r"""
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(4)
+print("ready", flush=True)
+c, _ = s.accept()
+for _ in range(50):
+    c.recv(1)                    # short sleeps: the futex part of a blocking read
+print("ticking", flush=True)
+last = time.monotonic()
+try:
+    while c.recv(1):
+        last = time.monotonic()
+    print("eof %.3f" % (time.monotonic() - last), flush=True)
+except ConnectionResetError:
+    print("reset %.3f" % (time.monotonic() - last), flush=True)
+"""
+
+
+def test_peer_killed_while_reader_sleeps_on_futex(reg, procs):
+    """A blocking reader's first sleep is on a futex that a crashed writer
+    never wakes; it must still see the end within a second."""
+    port = free_port()
+    rd = procs.start([PY, "-c", TICK_READER, str(port)], reg.env, text=True)
+    assert rd.stdout.readline().strip() == "ready"
+    tk = procs.start([PY, "-c", TICKER, str(port)], reg.env)
+    assert rd.stdout.readline().strip() == "ticking"
+    os.killpg(tk.pid, signal.SIGKILL)
+    tk.wait()
+    kind, secs = rd.stdout.readline().split()
+    assert kind in ("eof", "reset") and float(secs) < 1.0, (kind, secs)
+    assert reg.stats()["accelerated"] == 2
