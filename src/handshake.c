@@ -319,6 +319,7 @@ struct shm_parts {
 	struct region *region;
 	struct conn_shared *sh;
 	uint32_t up, down;      /* ring data sizes, client->server and back */
+	int rcvtimeo_ms;        /* SO_RCVTIMEO carried over (so_copy_timeouts) */
 };
 
 static void parts_free(struct shm_parts *p)
@@ -361,6 +362,7 @@ static void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
 	}
 	c->sh = p->sh;
 	c->sh->nonblock = nonblock;
+	c->sh->rcvtimeo_ms = p->rcvtimeo_ms + 1;    /* known: no lookup at the first sleep */
 	c->local = *l;
 	c->peer = *r;
 	c->slot = stats_slot_alloc(stats_table(registry_fd, NULL, 0), app_fd, role);
@@ -571,7 +573,7 @@ static void client_install(struct client *cl, int s, struct shm_parts *p)
 	int domain = domain_of(cl->fd);
 	int tcp;
 
-	so_copy_timeouts(cl->fd, s);
+	p->rcvtimeo_ms = so_copy_timeouts(cl->fd, s);
 	tcp = fd_dup_hidden(cl->fd);
 	sys_dup3(s, cl->fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 	sys_close(s);
@@ -812,7 +814,7 @@ static int server_handshake(struct server *sv)
 	}
 	DBG("accept fd %d: shm (ring tx %u rx %u)", sv->s, parts.down, parts.up);
 	domain = domain_of(sv->fd);
-	so_copy_timeouts(sv->fd, sv->s);
+	parts.rcvtimeo_ms = so_copy_timeouts(sv->fd, sv->s);
 	if (sv->flags & SOCK_NONBLOCK)
 		sys_fcntl(sv->s, F_SETFL, O_NONBLOCK);
 	fd_set_flags(sv->fd, 0);

@@ -120,15 +120,20 @@ int so_ioctl(struct conn *c, unsigned long req, void *arg, int *handled)
 	return 0;
 }
 
-void so_copy_timeouts(int from_tcp, int to_unix)
+int so_copy_timeouts(int from_tcp, int to_unix)
 {
 	static const int opts[] = { SO_RCVTIMEO, SO_SNDTIMEO };
+	int rcv_ms = 0;
 
 	for (size_t i = 0; i < 2; i++) {
 		struct timeval tv;
 		socklen_t l = sizeof(tv);
 		if (sys_getsockopt(from_tcp, SOL_SOCKET, opts[i], &tv, &l) == 0 &&
-		    (tv.tv_sec || tv.tv_usec))
+		    (tv.tv_sec || tv.tv_usec)) {
 			sys_setsockopt(to_unix, SOL_SOCKET, opts[i], &tv, sizeof(tv));
+			if (opts[i] == SO_RCVTIMEO)
+				rcv_ms = (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
+		}
 	}
+	return rcv_ms;
 }
