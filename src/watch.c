@@ -226,7 +226,10 @@ static struct watch_entry *entry_find(struct watch_set *s, int fd)
 /* Takes over the reference on @c; drops it when it cannot keep it. */
 static void entry_add(struct watch_set *s, int fd, const struct epoll_event *ev, struct conn *c)
 {
-	struct watch_entry *e;
+	struct watch_entry *e = entry_find(s, fd);
+
+	if (e)                  /* the number was closed behind our back (close_range) */
+		entry_drop(s, (int)(e - s->e));
 
 	if (s->n == s->cap) {
 		int cap = s->cap ? s->cap * 2 : 16;
