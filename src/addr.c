@@ -3,6 +3,8 @@
  */
 #include "addr.h"
 
+#include "sys.h"
+
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
@@ -89,4 +91,13 @@ void ep_format(const struct ep *e, char *out, size_t len)
 		inet_ntop(AF_INET6, e->ip, ip, sizeof(ip));
 		snprintf(out, len, "[%s]:%u", ip, e->port);
 	}
+}
+
+int ep_of_socket(int fd, int peer, struct ep *e)
+{
+	struct sockaddr_storage ss;
+	socklen_t l = sizeof(ss);
+	int rc = peer ? sys_getpeername(fd, &ss, &l) : sys_getsockname(fd, &ss, &l);
+
+	return rc < 0 ? -1 : ep_from_sockaddr(e, (struct sockaddr *)&ss, l);
 }

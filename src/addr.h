@@ -18,6 +18,8 @@ struct ep {
 };
 
 int ep_from_sockaddr(struct ep *e, const struct sockaddr *sa, socklen_t len);
+/* The local (@peer 0) or remote address of socket @fd; -1 if not IP. */
+int ep_of_socket(int fd, int peer, struct ep *e);
 int ep_is_v4(const struct ep *e);
 int ep_is_loopback(const struct ep *e);
 int ep_is_any(const struct ep *e);

@@ -20,7 +20,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <time.h>
@@ -107,7 +106,7 @@ void bell_after_produce(struct conn *c, int fd)
 void bell_wake_word(_Atomic uint32_t *word)
 {
 	atomic_fetch_add_explicit(word, 1, memory_order_seq_cst);
-	syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	sys_futex_wake(word);
 }
 
 void bell_wake_sleeper(struct conn *c)
@@ -164,7 +163,7 @@ int bell_sleep(struct conn *c, int fd, uint32_t seq)
 
 		if (left <= 0)
 			return ms == timeo ? -EAGAIN : BELL_SLEEP_ON;
-		if (syscall(SYS_futex, &c->tx->wake_seq, FUTEX_WAIT, seq, &t, NULL, 0) == 0 ||
+		if (sys_futex_wait(&c->tx->wake_seq, seq, &t) == 0 ||
 		    errno == EAGAIN)
 			return 0;                       /* woken, or the word moved on */
 		if (errno == EINTR && !handlers_restart())

@@ -8,6 +8,8 @@
  * proof that the sender owns that end of the TCP connection.  CONFIRM (the
  * client's ring and TCP socket) or DECLINE answers over the socket pair.
  *
+ * OFFER carries all of a client's part at once (inbox.h).
+ *
  * Every message starts with the same header; clc_parse() rejects anything
  * truncated, oversized, of the wrong type or version, or with values outside
  * their ranges, before a field is used.
@@ -17,6 +19,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 #define CLC_MAGIC    0x434c4353u   /* "SCLC" */
 #define CLC_VERSION  2
@@ -25,6 +29,7 @@ enum clc_type {
 	CLC_ACCEPT   = 2,
 	CLC_CONFIRM  = 3,
 	CLC_DECLINE  = 4,
+	CLC_OFFER    = 5,     /* client -> server's inbox (inbox.h) */
 };
 
 struct clc_hdr {
@@ -35,7 +40,10 @@ struct clc_hdr {
 	uint64_t nonce;       /* set by the server, echoed by the client */
 };
 
-/* ACCEPT (server -> client) and CONFIRM (client -> server). */
+/*
+ * ACCEPT (server -> client), CONFIRM (client -> server), and OFFER (client
+ * -> inbox: ring_size is the client->server ring, rx_max the one back).
+ */
 struct clc_accept {
 	struct clc_hdr hdr;
 	uint32_t pid;
@@ -69,5 +77,26 @@ size_t clc_size(enum clc_type type);
  */
 int clc_parse(const void *buf, size_t len, enum clc_type type, uint64_t nonce,
               union clc_msg *out);
+
+/* ---- messages on sockets, with the descriptors they carry ---- */
+
+#define CLC_MAX_FDS 3
+
+/* A message and its descriptors, laid out for sendmsg(). */
+struct clc_out {
+	struct iovec iov;
+	struct msghdr mh;
+	char cbuf[CMSG_SPACE(CLC_MAX_FDS * sizeof(int))];
+};
+
+struct msghdr *clc_prepare(struct clc_out *o, const union clc_msg *m, const int *fds, int nfds);
+
+/*
+ * Receive one message of @type (or DECLINE, see clc_parse) for @nonce from
+ * @s without waiting, with exactly @want descriptors (none for DECLINE).
+ * Returns 0, or -1 if nothing is there or it is malformed; descriptors of a
+ * rejected message are closed.
+ */
+int clc_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m, int *fds, int want);
 
 #endif

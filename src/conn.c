@@ -35,6 +35,7 @@ struct fd_entry {
 
 static struct fd_entry *fdtab;
 static int fdtab_size;
+static _Atomic int fd_high;         /* no entry above this was ever used: walks stop here */
 static int hide_base;
 static _Atomic int n_conns;
 
@@ -68,6 +69,18 @@ static struct fd_entry *ent(int fd)
 	return (fdtab && fd >= 0 && fd < fdtab_size) ? &fdtab[fd] : NULL;
 }
 
+/* An entry about to be written: walks must reach it. */
+static struct fd_entry *ent_use(int fd)
+{
+	struct fd_entry *e = ent(fd);
+	int high = atomic_load_explicit(&fd_high, memory_order_relaxed);
+
+	while (e && fd > high &&
+	       !atomic_compare_exchange_weak(&fd_high, &high, fd))
+		;
+	return e;
+}
+
 uint8_t fd_flags(int fd)
 {
 	struct fd_entry *e = ent(fd);
@@ -77,7 +90,7 @@ uint8_t fd_flags(int fd)
 
 void fd_set_flags(int fd, uint8_t flags)
 {
-	struct fd_entry *e = ent(fd);
+	struct fd_entry *e = ent_use(fd);
 
 	if (e)
 		atomic_store(&e->flags, flags);
@@ -85,7 +98,7 @@ void fd_set_flags(int fd, uint8_t flags)
 
 void fd_add_flags(int fd, uint8_t flags)
 {
-	struct fd_entry *e = ent(fd);
+	struct fd_entry *e = ent_use(fd);
 
 	if (e)
 		atomic_fetch_or(&e->flags, flags);
@@ -93,7 +106,7 @@ void fd_add_flags(int fd, uint8_t flags)
 
 void fd_set_listen_lock(int fd, int lockfd)
 {
-	struct fd_entry *e = ent(fd);
+	struct fd_entry *e = ent_use(fd);
 
 	if (e)
 		e->listen_lock = lockfd + 1;
@@ -182,7 +195,7 @@ int conn_count(void)
 
 void conn_bind_fd(struct conn *c, int fd)
 {
-	struct fd_entry *e = ent(fd);
+	struct fd_entry *e = ent_use(fd);
 	struct conn *old;
 
 	if (!e)
@@ -212,11 +225,22 @@ struct conn *conn_unbind_fd(int fd)
 
 void conn_for_each_fd(void (*fn)(int fd, struct conn *c, void *arg), void *arg)
 {
-	for (int fd = 0; fdtab && fd < fdtab_size; fd++) {
+	int high = atomic_load(&fd_high);
+
+	for (int fd = 0; fdtab && fd <= high && fd < fdtab_size; fd++) {
 		struct conn *c = atomic_load(&fdtab[fd].conn);
 		if (c)
 			fn(fd, c, arg);
 	}
+}
+
+void fd_for_each_listener(void (*fn)(int fd))
+{
+	int high = atomic_load(&fd_high);
+
+	for (int fd = 0; fdtab && fd <= high && fd < fdtab_size; fd++)
+		if (fdtab[fd].listen_lock)
+			fn(fd);
 }
 
 static void robust_init(pthread_mutex_t *m)

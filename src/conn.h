@@ -90,6 +90,8 @@ void fd_set_flags(int fd, uint8_t flags);
 void fd_add_flags(int fd, uint8_t flags);
 void fd_set_listen_lock(int fd, int lockfd);
 int fd_take_listen_lock(int fd);
+/* Call @fn for every descriptor that holds a listener entry. */
+void fd_for_each_listener(void (*fn)(int fd));
 
 /* The connection behind @fd with a reference held, or NULL. */
 struct conn *conn_get(int fd);

@@ -45,6 +45,7 @@
 #include "clc.h"
 #include "config.h"
 #include "conn.h"
+#include "inbox.h"
 #include "io.h"
 #include "log.h"
 #include "region.h"
@@ -84,15 +85,6 @@ static uint64_t netns_cookie(int fd)
 
 	sys_getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &c, &l);
 	return c;
-}
-
-static int sock_ep(int fd, int peer, struct ep *e)
-{
-	struct sockaddr_storage ss;
-	socklen_t l = sizeof(ss);
-	int rc = peer ? sys_getpeername(fd, &ss, &l) : sys_getsockname(fd, &ss, &l);
-
-	return rc < 0 ? -1 : ep_from_sockaddr(e, (struct sockaddr *)&ss, l);
 }
 
 static int sock_is_tcp(int fd)
@@ -170,41 +162,11 @@ static int wait_fd(int fd, short events, long deadline)
 
 /* ---- handshake messages ------------------------------------------------- */
 
-#define MAX_FDS 2
-
-/* A message and the descriptors it carries, laid out for sendmsg(). */
-struct msg_out {
-	struct iovec iov;
-	struct msghdr mh;
-	char cbuf[CMSG_SPACE(MAX_FDS * sizeof(int))];
-};
-
-static struct msghdr *msg_prepare(struct msg_out *o, const union clc_msg *m,
-                                  const int *fds, int nfds)
-{
-	memset(o, 0, sizeof(*o));
-	o->iov.iov_base = (void *)m;
-	o->iov.iov_len = m->hdr.length;
-	o->mh.msg_iov = &o->iov;
-	o->mh.msg_iovlen = 1;
-	if (nfds) {
-		struct cmsghdr *cm;
-		o->mh.msg_control = o->cbuf;
-		o->mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
-		cm = CMSG_FIRSTHDR(&o->mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
-		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
-	}
-	return &o->mh;
-}
-
 static int msg_send(int s, const union clc_msg *m, const int *fds, int nfds)
 {
-	struct msg_out o;
+	struct clc_out o;
 
-	return sys_sendmsg(s, msg_prepare(&o, m, fds, nfds), MSG_NOSIGNAL) ==
+	return sys_sendmsg(s, clc_prepare(&o, m, fds, nfds), MSG_NOSIGNAL) ==
 	       (ssize_t)m->hdr.length ? 0 : -1;
 }
 
@@ -215,43 +177,13 @@ static void close_fds(int *fds, int n)
 			sys_close(fds[i]);
 }
 
-/*
- * Receive one message of @type (or DECLINE) for @nonce with exactly @want
- * descriptors (none for DECLINE), waiting until @deadline.  Returns 0, or -1
- * on timeout, hang-up or anything malformed; descriptors are closed on
- * failure.
- */
+/* clc_recv(), waiting until @deadline for the message to arrive. */
 static int msg_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m,
                     int *fds, int want, long deadline)
 {
-	char buf[sizeof(union clc_msg) + 8];
-	char cbuf[CMSG_SPACE((MAX_FDS + 1) * sizeof(int))];
-	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
-	                     .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
-	int got[MAX_FDS + 1], ngot = 0;
-	ssize_t n;
-
 	if (wait_fd(s, POLLIN, deadline) < 0)
 		return -1;
-	n = sys_recvmsg(s, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	if (n <= 0)
-		return -1;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-		for (int i = 0; i < k && ngot < MAX_FDS + 1; i++)
-			memcpy(&got[ngot++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-	}
-	if ((mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) ||
-	    clc_parse(buf, (size_t)n, type, nonce, m) < 0 ||
-	    ngot != (m->hdr.type == CLC_DECLINE ? 0 : want)) {
-		close_fds(got, ngot);
-		return -1;
-	}
-	memcpy(fds, got, ngot * sizeof(int));
-	return 0;
+	return clc_recv(s, type, nonce, m, fds, want);
 }
 
 static void decline_init(union clc_msg *m, uint64_t nonce, int reason)
@@ -282,7 +214,7 @@ static int proof_ok(const struct ep *local, const struct ep *peer, uint64_t netn
 {
 	struct ep tl, tp;
 
-	if (!sock_is_tcp(theirs) || sock_ep(theirs, 0, &tl) || sock_ep(theirs, 1, &tp))
+	if (!sock_is_tcp(theirs) || ep_of_socket(theirs, 0, &tl) || ep_of_socket(theirs, 1, &tp))
 		return 0;
 	if (!ep_equal(local, &tp) || !ep_equal(peer, &tl))
 		return 0;
@@ -393,6 +325,7 @@ struct client {
 	int fd;                 /* the application's TCP socket */
 	struct ep dst, src;
 	uint64_t netns;
+	struct listener_info listener;
 	char key[96];
 	int rendezvous;         /* our p/<key> socket, or -1 */
 	int reuse_was_set;
@@ -402,13 +335,11 @@ struct client {
 /* Reasons not to try at all; R_NONE means go ahead. */
 static int client_precheck(struct client *cl)
 {
-	enum listener_match m;
-
 	if (registry_fd < 0)
 		return R_NO_REGISTRY;
 	cl->netns = netns_cookie(cl->fd);
-	m = registry_listener_find(registry_fd, &cl->dst, cl->netns);
-	switch (m) {
+	registry_listener_find(registry_fd, &cl->dst, cl->netns, &cl->listener);
+	switch (cl->listener.m) {
 	case LM_NONE:      return R_PEER_NO_SMCLO;
 	case LM_ELSEWHERE: return R_NOT_THIS_HOST;
 	case LM_DEFER:     return R_DEFER_ACCEPT;
@@ -441,7 +372,7 @@ static int client_bind(struct client *cl)
 	socklen_t l = sizeof(ss);
 	int one = 1, family = AF_INET;
 
-	if (sock_ep(cl->fd, 0, &cl->src) < 0)
+	if (ep_of_socket(cl->fd, 0, &cl->src) < 0)
 		return -1;
 	if (cl->src.port)
 		return 0;        /* the application bound it itself */
@@ -453,7 +384,7 @@ static int client_bind(struct client *cl)
 	sys_getsockopt(cl->fd, SOL_SOCKET, SO_DOMAIN, &family, &l);
 	ss.ss_family = (sa_family_t)family;
 	l = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-	if (sys_bind(cl->fd, &ss, l) < 0 || sock_ep(cl->fd, 0, &cl->src) < 0)
+	if (sys_bind(cl->fd, &ss, l) < 0 || ep_of_socket(cl->fd, 0, &cl->src) < 0)
 		return -1;
 	cl->bound_by_us = 1;
 	return 0;
@@ -587,7 +518,7 @@ static int client_fallback(struct client *cl, int reason)
 	struct ep peer = cl->dst;
 
 	if (cl->src.port == 0)
-		sock_ep(cl->fd, 0, &cl->src);
+		ep_of_socket(cl->fd, 0, &cl->src);
 	DBG("connect fd %d: tcp (%s)", cl->fd, reason_text(reason));
 	conn_tcp(cl->fd, ROLE_CLIENT, reason, &cl->src, &peer, domain_of(cl->fd));
 	return 0;
@@ -610,6 +541,94 @@ static int client_finish(struct client *cl, union clc_msg *acc, int fds[2])
 	return 0;
 }
 
+/* ---- client side: the inbox handshake (inbox.h) ------------------------ */
+
+static uint32_t min_u32(uint32_t a, uint32_t b)
+{
+	return a < b ? a : b;
+}
+
+/* Region and socket pair for an offer to the listener's process; -1 if not. */
+static int offer_prepare(struct client *cl, struct shm_parts *p, int pair[2],
+                         int fds[OFFER_FDS], union clc_msg *m)
+{
+	const struct listener_offer *lo = &cl->listener.offer;
+
+	if (!ring_size_valid(lo->tx_size) || !ring_size_valid(lo->rx_max))
+		return -1;
+	p->up = min_u32(cfg.tx_size, lo->rx_max);
+	p->down = min_u32(lo->tx_size, cfg.rx_max);
+	p->region = region_get(cl->listener.pid, p->up, p->down, &fds[OFFER_FD_REGION]);
+	p->sh = conn_shared_new();
+	if (!p->region || !p->sh ||
+	    sys_socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0) {
+		parts_free(p);
+		return -1;
+	}
+	atomic_store(&region_up(p->region)->offer, OFFER_OPEN);
+	clc_init(m, CLC_OFFER, 0);
+	m->accept.pid = (uint32_t)sys_getpid();
+	m->accept.ring_size = p->up;
+	m->accept.rx_max = p->down;
+	m->accept.netns = cl->netns;
+	fds[OFFER_FD_TCP] = cl->fd;
+	fds[OFFER_FD_PAIR] = pair[1];
+	return 0;
+}
+
+static int offer_reason(uint32_t w)
+{
+	int r = OFFER_REASON(w);
+
+	if (w == OFFER_WITHDRAWN)
+		return R_TIMEOUT;
+	return r > R_NONE && r < R_COUNT ? r : R_HANDSHAKE_ERROR;
+}
+
+/*
+ * The offer goes to the inbox before the SYN; then the TCP connect, then a
+ * wait for the server's decision.  Returns -1 if the offer could not be sent
+ * (nothing has happened yet: the rendezvous handshake takes over), else 0
+ * with *rc and errno as connect() leaves them.
+ */
+static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t len, int *rc)
+{
+	struct shm_parts p = { 0 };
+	union clc_msg m;
+	int pair[2], fds[OFFER_FDS], timed_out, e;
+	uint32_t w;
+
+	if (offer_prepare(cl, &p, pair, fds, &m) < 0)
+		return -1;
+	if (inbox_send(&cl->listener, &m, fds) < 0) {
+		sys_close(pair[0]);
+		sys_close(pair[1]);
+		parts_free(&p);
+		return -1;
+	}
+	sys_close(pair[1]);
+	*rc = client_tcp_connect(cl, sa, len, &timed_out);
+	e = errno;
+	/* a connect that failed outright reached no server: nobody can take it */
+	if (*rc == 0 || timed_out)
+		w = offer_wait(region_up(p.region), now_ms() + cfg.handshake_ms);
+	else
+		w = offer_wait(region_up(p.region), 0);
+	ep_of_socket(cl->fd, 0, &cl->src);
+	if (w == OFFER_TAKEN) {
+		DBG("connect fd %d: shm through the inbox (ring tx %u rx %u)", cl->fd, p.up, p.down);
+		client_install(cl, pair[0], &p);
+		*rc = 0;
+		return 0;
+	}
+	sys_close(pair[0]);
+	parts_free(&p);
+	if (*rc == 0 || timed_out)
+		client_fallback(cl, offer_reason(w));
+	errno = e;
+	return 0;
+}
+
 int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	struct client cl = { .fd = fd, .rendezvous = -1 };
@@ -619,6 +638,11 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	if (ep_from_sockaddr(&cl.dst, sa, len) < 0)
 		return sys_connect(fd, sa, len);
 	reason = client_precheck(&cl);
+	if (reason == R_NONE && cl.listener.exclusive) {
+		int rc;
+		if (client_offer(&cl, sa, len, &rc) == 0)
+			return rc;
+	}
 	if (reason == R_NONE && client_bind(&cl) < 0)
 		reason = R_NO_PORT;
 	if (reason == R_NONE)
@@ -645,7 +669,7 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		return -1;
 	}
 	client_restore_reuse(&cl);
-	sock_ep(fd, 0, &cl.src);        /* the address the route chose, now known */
+	ep_of_socket(fd, 0, &cl.src);        /* the address the route chose, now known */
 	reason = client_wait_accept(&cl, &acc, fds);
 	client_rendezvous_close(&cl);
 	if (reason != R_NONE)
@@ -688,12 +712,12 @@ static int answer_sock_get(void)
 /* Send @m with @fds to the client's rendezvous socket. */
 static int server_send(struct server *sv, const union clc_msg *m, const int *fds, int nfds)
 {
-	struct msg_out o;
+	struct clc_out o;
 	int s = answer_sock_get();
 
 	if (s < 0)
 		return -1;
-	return registry_rendezvous_send(sv->rendezvous, s, msg_prepare(&o, m, fds, nfds)) ==
+	return registry_rendezvous_send(sv->rendezvous, s, clc_prepare(&o, m, fds, nfds)) ==
 	       (ssize_t)m->hdr.length ? 0 : -1;
 }
 
@@ -795,11 +819,25 @@ static int server_decline(struct server *sv, int reason)
 	return server_fallback(sv, reason);
 }
 
-/* Everything after the client showed up; returns the application's fd. */
+/* The handshake is won: our end of the pair becomes the application's fd. */
+static int server_install(struct server *sv, struct shm_parts *p)
+{
+	int domain = domain_of(sv->fd);
+
+	DBG("accept fd %d: shm (ring tx %u rx %u)", sv->s, p->down, p->up);
+	p->rcvtimeo_ms = so_copy_timeouts(sv->fd, sv->s);
+	sys_fcntl(sv->s, F_SETFL, (sv->flags & SOCK_NONBLOCK) ? O_NONBLOCK : 0);
+	fd_set_flags(sv->fd, 0);
+	conn_shm(sv->s, fd_hide(sv->fd), ROLE_SERVER, p, &sv->local, &sv->peer, domain,
+	         (sv->flags & SOCK_NONBLOCK) != 0);
+	return sv->s;
+}
+
+/* Everything after the client showed up at its rendezvous; returns the application's fd. */
 static int server_handshake(struct server *sv)
 {
 	struct shm_parts parts = { 0 };
-	int reason = server_precheck(), domain;
+	int reason = server_precheck();
 
 	if (reason != R_NONE)
 		return server_decline(sv, reason);
@@ -812,15 +850,78 @@ static int server_handshake(struct server *sv)
 		parts_free(&parts);
 		return server_fallback(sv, reason);
 	}
-	DBG("accept fd %d: shm (ring tx %u rx %u)", sv->s, parts.down, parts.up);
-	domain = domain_of(sv->fd);
-	parts.rcvtimeo_ms = so_copy_timeouts(sv->fd, sv->s);
-	if (sv->flags & SOCK_NONBLOCK)
-		sys_fcntl(sv->s, F_SETFL, O_NONBLOCK);
-	fd_set_flags(sv->fd, 0);
-	conn_shm(sv->s, fd_hide(sv->fd), ROLE_SERVER, &parts, &sv->local, &sv->peer, domain,
-	         (sv->flags & SOCK_NONBLOCK) != 0);
-	return sv->s;
+	return server_install(sv, &parts);
+}
+
+/* ---- server side: an offer from our inbox (inbox.h) --------------------- */
+
+/* Is @s a socket pair end (AF_UNIX, SOCK_SEQPACKET) made by a user we may attach to? */
+static int offer_pair_check(int s)
+{
+	int v = 0;
+	socklen_t l = sizeof(v);
+
+	if (sys_getsockopt(s, SOL_SOCKET, SO_DOMAIN, &v, &l) < 0 || v != AF_UNIX)
+		return R_HANDSHAKE_ERROR;
+	l = sizeof(v);
+	if (sys_getsockopt(s, SOL_SOCKET, SO_TYPE, &v, &l) < 0 || v != SOCK_SEQPACKET)
+		return R_HANDSHAKE_ERROR;
+	return peer_pid_allowed(s) > 0 ? R_NONE : R_DIFF_USER;
+}
+
+/*
+ * Check the offer and map its region into @p.  Returns the reason to
+ * decline, R_NONE to take it; p->region is NULL if the client cannot even
+ * be told (it then withdraws when its wait ends).
+ */
+static int offer_check(struct server *sv, const union clc_msg *m, const int fds[OFFER_FDS],
+                       struct shm_parts *p)
+{
+	int reason = server_precheck();
+	uid_t owner;
+
+	p->up = m->accept.ring_size;
+	p->down = m->accept.rx_max;
+	if (p->up > cfg.rx_max || p->down > cfg.tx_size ||
+	    !(p->region = region_map(fds[OFFER_FD_REGION], p->up, p->down, &owner)))
+		return R_HANDSHAKE_ERROR;
+	if (reason != R_NONE)
+		return reason;
+	if (!config_uid_allowed(&cfg, owner))
+		return R_DIFF_USER;
+	if ((reason = offer_pair_check(fds[OFFER_FD_PAIR])) != R_NONE)
+		return reason;
+	if (!proof_ok(&sv->local, &sv->peer, sv->netns, fds[OFFER_FD_TCP]))
+		return R_PROOF_FAILED;
+	if (!(p->sh = conn_shared_new()))
+		return R_NO_MEMORY;
+	return R_NONE;
+}
+
+static int server_take_offer(struct server *sv, const union clc_msg *m, int fds[OFFER_FDS])
+{
+	struct shm_parts p = { 0 };
+	int reason;
+
+	sv->netns = netns_cookie(sv->fd);
+	reason = offer_check(sv, m, fds, &p);
+	if (p.region && offer_decide(region_up(p.region), reason == R_NONE ? OFFER_TAKEN :
+	                             OFFER_DECLINED | (uint32_t)reason << 8) < 0)
+		reason = R_PEER_WITHDREW;       /* the client gave up first */
+	sys_close(fds[OFFER_FD_TCP]);
+	sys_close(fds[OFFER_FD_REGION]);
+	if (reason != R_NONE) {
+		sys_close(fds[OFFER_FD_PAIR]);
+		parts_free(&p);
+		return server_fallback(sv, reason);
+	}
+	if (totals)
+		atomic_fetch_add_explicit(&totals->inbox_handshakes, 1, memory_order_relaxed);
+	sv->s = fds[OFFER_FD_PAIR];
+	/* it came with MSG_CMSG_CLOEXEC; the application asked for what accept4 says */
+	if (!(sv->flags & SOCK_CLOEXEC))
+		sys_fcntl(sv->s, F_SETFD, 0);
+	return server_install(sv, &p);
 }
 
 int hs_accept(int lfd, int fd, int flags)
@@ -829,13 +930,19 @@ int hs_accept(int lfd, int fd, int flags)
 	uid_t owner;
 	int rc;
 
-	if (sock_ep(fd, 0, &sv.local) < 0 || sock_ep(fd, 1, &sv.peer) < 0)
+	if (ep_of_socket(fd, 0, &sv.local) < 0 || ep_of_socket(fd, 1, &sv.peer) < 0)
 		return fd;                      /* not an IP socket */
 	if (!(fd_flags(lfd) & FDF_LISTENING))
 		hs_listen(lfd);                 /* inherited listener: announce it now */
 	fd_set_flags(fd, FDF_TCP | FDF_KNOWN);
 	if (registry_fd < 0)
 		return server_fallback(&sv, R_NO_REGISTRY);
+	{
+		union clc_msg m;
+		int fds[OFFER_FDS];
+		if (inbox_take(&sv.local, &sv.peer, &m, fds) == 0)
+			return server_take_offer(&sv, &m, fds);
+	}
 	registry_rendezvous_key(sv.key, sizeof(sv.key), &sv.local, sv.peer.port);
 	sv.rendezvous = registry_rendezvous_open(registry_fd, sv.key, &owner);
 	if (sv.rendezvous < 0)
@@ -854,40 +961,77 @@ int hs_listen_bound(int fd)
 {
 	struct ep e;
 
-	if (sock_ep(fd, 0, &e) < 0 || e.port == 0)
+	if (ep_of_socket(fd, 0, &e) < 0 || e.port == 0)
 		return -1;
 	hs_listen(fd);
 	return (fd_flags(fd) & FDF_LISTENING) ? 0 : -1;
 }
 
-void hs_listen(int fd)
+/* An entry for listener @fd naming @offer; returns its (hidden) lock, or -1. */
+static int listener_register(int fd, const struct listener_offer *offer)
 {
 	struct ep e;
 	unsigned flags = 0;
 	int v = 0, lock;
 	socklen_t l = sizeof(v);
 
-	if (registry_fd < 0 || sock_ep(fd, 0, &e) < 0)
-		return;
+	if (registry_fd < 0 || ep_of_socket(fd, 0, &e) < 0)
+		return -1;
 	if (sys_getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v, &l) == 0 && v)
 		flags |= LISTEN_F_V6ONLY;
 	v = 0;
 	l = sizeof(v);
 	if (sys_getsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &v, &l) == 0 && v)
 		flags |= LISTEN_F_DEFER;
-	lock = registry_listener_add(registry_fd, &e, netns_cookie(fd), flags);
+	lock = registry_listener_add(registry_fd, &e, netns_cookie(fd), flags, offer);
+	if (lock >= 0)
+		DBG("listen fd %d: registered port %u, inbox %llx", fd, e.port,
+		    (unsigned long long)offer->inbox);
+	return lock < 0 ? -1 : fd_hide(lock);
+}
+
+void hs_listen(int fd)
+{
+	struct listener_offer offer = { .inbox = inbox_id(), .tx_size = cfg.tx_size,
+	                                .rx_max = cfg.rx_max };
+	int lock = listener_register(fd, &offer);
+
 	if (lock < 0)
 		return;
-	fd_set_listen_lock(fd, fd_hide(lock));
+	fd_set_listen_lock(fd, lock);
 	fd_set_flags(fd, FDF_TCP | FDF_KNOWN | FDF_LISTENING | (fd_flags(fd) & FDF_SMC));
-	DBG("listen fd %d: registered port %u", fd, e.port);
+}
+
+/*
+ * A fork child may accept on every listener it inherited: it adds an entry
+ * of its own, without an inbox, so clients see that more than one process
+ * accepts there and use the rendezvous.  The entry lives as long as the
+ * child holds the listener: across exec too when the listener survives it.
+ */
+static void listener_forked(int fd)
+{
+	struct listener_offer none = { 0 };
+	int old = fd_take_listen_lock(fd), lock = listener_register(fd, &none);
+
+	if (old >= 0)
+		sys_close(old);
+	if (lock < 0)
+		return;
+	if (!(sys_fcntl(fd, F_GETFD, 0) & FD_CLOEXEC))
+		sys_fcntl(lock, F_SETFD, 0);
+	fd_set_listen_lock(fd, lock);
+}
+
+void hs_after_fork(void)
+{
+	fd_for_each_listener(listener_forked);
 }
 
 void hs_listener_closed(int fd)
 {
 	int lock = fd_take_listen_lock(fd);
 
-	/* the entry stays alive while a forked process still holds the lock */
+	/* a fork child holds an entry of its own (listener_forked) */
 	if (lock >= 0)
 		sys_close(lock);
 	fd_set_flags(fd, fd_flags(fd) & ~FDF_LISTENING);

@@ -16,5 +16,7 @@ void hs_listen(int fd);
 /* Before listen() on a socket bound to a port: 0 if announced. */
 int hs_listen_bound(int fd);
 void hs_listener_closed(int fd);
+/* In a fork child: the inherited listeners are now shared (see handshake.c). */
+void hs_after_fork(void);
 
 #endif

@@ -86,6 +86,7 @@ static void after_fork_child(void)
 	fork_generation++;
 	stats_forget_table();
 	conn_for_each_fd(count_fork_holder, NULL);
+	hs_after_fork();
 }
 
 __attribute__((constructor)) static void smclo_init(void)

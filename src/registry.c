@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *const subdirs[] = { "l", "p", "c" };
+static const char *const subdirs[] = { "l", "p", "c", "i" };
 
 /* Files take the directory's permissions: private dirs get private files. */
 static mode_t file_mode = 0600;
@@ -124,13 +124,18 @@ static uint64_t random64(void)
 	return v;
 }
 
-int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsigned flags)
+int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsigned flags,
+                          const struct listener_offer *offer)
 {
-	char name[160], ip[33];
+	char name[200], ip[33];
+	struct listener_offer none = { 0 };
 
+	if (!offer)
+		offer = &none;
 	ep_ip_hex(addr, ip);
-	snprintf(name, sizeof(name), "%u.%016llx.%s.%u.%d.%08llx", addr->port,
+	snprintf(name, sizeof(name), "%u.%016llx.%s.%u.%d.%016llx.%u.%u.%08llx", addr->port,
 	         (unsigned long long)netns, ip, flags, (int)sys_getpid(),
+	         (unsigned long long)offer->inbox, offer->tx_size, offer->rx_max,
 	         (unsigned long long)(random64() & 0xffffffffu));
 	return registry_lock_create(dirfd, "l", name);
 }
@@ -139,17 +144,20 @@ struct listener_name {
 	unsigned port, flags;
 	unsigned long long netns;
 	struct ep ip;
+	int pid;
+	struct listener_offer offer;
 };
 
 static int parse_listener_name(const char *n, struct listener_name *out)
 {
 	char ip[33];
-	int pid;
-	unsigned long long rnd;
+	unsigned long long rnd, inbox;
 
-	if (sscanf(n, "%u.%16llx.%32[0-9a-f].%u.%d.%llx", &out->port, &out->netns, ip,
-	           &out->flags, &pid, &rnd) != 6 || strlen(ip) != 32)
+	if (sscanf(n, "%u.%16llx.%32[0-9a-f].%u.%d.%16llx.%u.%u.%llx", &out->port, &out->netns,
+	           ip, &out->flags, &out->pid, &inbox, &out->offer.tx_size, &out->offer.rx_max,
+	           &rnd) != 9 || strlen(ip) != 32)
 		return -1;
+	out->offer.inbox = inbox;
 	return ep_ip_from_hex(&out->ip, ip);
 }
 
@@ -168,8 +176,39 @@ static int addr_matches(const struct listener_name *l, const struct ep *dst)
 struct find_state {
 	const struct ep *dst;
 	uint64_t my_netns;
-	enum listener_match best;
+	struct listener_info *info;
+	int inboxes_seen;       /* live same-namespace entries, for exclusivity */
 };
+
+/* Is the entry still held by its owner?  Removes it if not. */
+static int entry_alive(int dirfd, const char *sub, const char *name)
+{
+	char path[300];
+
+	if (registry_is_locked(dirfd, sub, name) == 1)
+		return 1;
+	snprintf(path, sizeof(path), "%s/%s", sub, name);
+	unlinkat(dirfd, path, 0);   /* its owner is gone */
+	return 0;
+}
+
+/*
+ * One process accepts on the address when every live entry for it names
+ * the same inbox (a fork child or a second listening socket adds an entry
+ * of its own).
+ */
+static void note_inbox(struct find_state *f, const struct listener_name *l)
+{
+	struct listener_info *i = f->info;
+
+	if (f->inboxes_seen++ == 0) {
+		i->offer = l->offer;
+		i->pid = l->pid;
+		i->exclusive = l->offer.inbox != 0;
+	} else if (l->offer.inbox != i->offer.inbox || l->pid != i->pid) {
+		i->exclusive = 0;
+	}
+}
 
 static int match_listener(int dirfd, const char *sub, const char *name, void *arg)
 {
@@ -187,16 +226,14 @@ static int match_listener(int dirfd, const char *sub, const char *name, void *ar
 		m = LM_ELSEWHERE;   /* loopback never leaves our namespace */
 	else
 		m = (l.flags & LISTEN_F_DEFER) ? LM_DEFER : LM_OTHER_NETNS;
-	if (m <= f->best)
+	if (m < f->info->m || (m == f->info->m && m != LM_SAME_NETNS))
 		return 0;
-	if (m >= LM_DEFER && registry_is_locked(dirfd, sub, name) != 1) {
-		char path[300];
-		snprintf(path, sizeof(path), "%s/%s", sub, name);
-		unlinkat(dirfd, path, 0);   /* its owner is gone */
+	if (m >= LM_DEFER && !entry_alive(dirfd, sub, name))
 		return 0;
-	}
-	f->best = m;
-	return m == LM_SAME_NETNS;          /* cannot do better */
+	f->info->m = m;
+	if (m == LM_SAME_NETNS)
+		note_inbox(f, &l);
+	return 0;
 }
 
 /*
@@ -217,7 +254,7 @@ struct lookup {
 	uint64_t netns;
 	struct timespec dir_mtime;
 	long long at;
-	enum listener_match m;
+	struct listener_info info;
 	int dirfd;
 };
 
@@ -243,22 +280,24 @@ static int lookup_fresh(const struct lookup *l, int dirfd, const struct ep *dst,
 {
 	return l->dirfd == dirfd && l->netns == netns && ep_equal(&l->dst, dst) &&
 	       l->dir_mtime.tv_sec == mtime->tv_sec && l->dir_mtime.tv_nsec == mtime->tv_nsec &&
-	       (l->m == LM_NONE || now - l->at < LOOKUP_TTL_NS);
+	       (l->info.m == LM_NONE || now - l->at < LOOKUP_TTL_NS);
 }
 
-enum listener_match registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns)
+void registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns,
+                            struct listener_info *info)
 {
-	struct find_state f = { .dst = dst, .my_netns = my_netns, .best = LM_NONE };
+	struct find_state f = { .dst = dst, .my_netns = my_netns, .info = info };
 	long long now = clock_ns(CLOCK_MONOTONIC), scan_start;
 	struct stat st;
 	int have_mtime = fstatat(dirfd, "l", &st, 0) == 0;
 
+	memset(info, 0, sizeof(*info));
 	pthread_mutex_lock(&lookup_lock);
 	for (unsigned i = 0; have_mtime && i < LOOKUP_CACHE; i++)
 		if (lookup_fresh(&lookups[i], dirfd, dst, my_netns, &st.st_mtim, now)) {
-			f.best = lookups[i].m;
+			*info = lookups[i].info;
 			pthread_mutex_unlock(&lookup_lock);
-			return f.best;
+			return;
 		}
 	pthread_mutex_unlock(&lookup_lock);
 	scan_start = clock_ns(CLOCK_REALTIME);
@@ -269,10 +308,9 @@ enum listener_match registry_listener_find(int dirfd, const struct ep *dst, uint
 		pthread_mutex_lock(&lookup_lock);
 		lookups[lookup_next++ % LOOKUP_CACHE] = (struct lookup){
 			.dst = *dst, .netns = my_netns, .dir_mtime = st.st_mtim, .at = now,
-			.m = f.best, .dirfd = dirfd };
+			.info = *info, .dirfd = dirfd };
 		pthread_mutex_unlock(&lookup_lock);
 	}
-	return f.best;
 }
 
 void registry_rendezvous_key(char *out, size_t len, const struct ep *dst, uint16_t src_port)
@@ -283,15 +321,15 @@ void registry_rendezvous_key(char *out, size_t len, const struct ep *dst, uint16
 	snprintf(out, len, "%u-%u-%s", dst->port, src_port, ip);
 }
 
-static int rendezvous_sun(int dirfd, const char *key, struct sockaddr_un *sun)
+static int socket_sun(int dirfd, const char *sub, const char *key, struct sockaddr_un *sun)
 {
 	memset(sun, 0, sizeof(*sun));
 	sun->sun_family = AF_UNIX;
-	return registry_sun_path(dirfd, "p", key, sun->sun_path, sizeof(sun->sun_path));
+	return registry_sun_path(dirfd, sub, key, sun->sun_path, sizeof(sun->sun_path));
 }
 
 /* A socket file nobody receives on any more (its owner crashed)? */
-static int rendezvous_dead(const struct sockaddr_un *sun)
+static int socket_dead(const struct sockaddr_un *sun)
 {
 	int fd = sys_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	int dead;
@@ -304,27 +342,27 @@ static int rendezvous_dead(const struct sockaddr_un *sun)
 	return dead;
 }
 
-int registry_rendezvous_bind(int dirfd, const char *key)
+/* Bind a non-blocking datagram socket at @sub/@key, replacing a dead one. */
+static int socket_bind(int dirfd, const char *sub, const char *key)
 {
 	struct sockaddr_un sun;
+	char path[160];
 	int fd, rc;
 
-	if (rendezvous_sun(dirfd, key, &sun) < 0)
+	if (socket_sun(dirfd, sub, key, &sun) < 0)
 		return -1;
 	fd = sys_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -1;
+	snprintf(path, sizeof(path), "%s/%s", sub, key);
 	rc = sys_bind(fd, &sun, sizeof(sun));
-	if (rc < 0 && errno == EADDRINUSE && rendezvous_dead(&sun)) {
-		registry_rendezvous_remove(dirfd, key);     /* left by a crashed client */
+	if (rc < 0 && errno == EADDRINUSE && socket_dead(&sun)) {
+		unlinkat(dirfd, path, 0);       /* left by a crashed owner */
 		rc = sys_bind(fd, &sun, sizeof(sun));
 	}
-	/* the server must be able to write to it: same rule as every registry file */
-	if (rc == 0 && file_mode != 0600) {
-		char path[160];
-		snprintf(path, sizeof(path), "p/%s", key);
+	/* the peer must be able to write to it: same rule as every registry file */
+	if (rc == 0 && file_mode != 0600)
 		rc = fchmodat(dirfd, path, file_mode, 0);
-	}
 	if (rc < 0) {
 		int e = errno;
 		sys_close(fd);
@@ -332,6 +370,56 @@ int registry_rendezvous_bind(int dirfd, const char *key)
 		return -1;
 	}
 	return fd;
+}
+
+int registry_rendezvous_bind(int dirfd, const char *key)
+{
+	return socket_bind(dirfd, "p", key);
+}
+
+int registry_inbox_bind(int dirfd, const char *name)
+{
+	return socket_bind(dirfd, "i", name);
+}
+
+int registry_inbox_connect(int dirfd, const char *name, uid_t *owner)
+{
+	struct sockaddr_un sun;
+	char path[160];
+	struct stat st;
+	int fd;
+
+	snprintf(path, sizeof(path), "i/%s", name);
+	if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode) ||
+	    socket_sun(dirfd, "i", name, &sun) < 0)
+		return -1;
+	fd = sys_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	if (sys_connect(fd, &sun, sizeof(sun)) < 0) {
+		sys_close(fd);
+		return -1;
+	}
+	/* the file may have been replaced between the look and the connect:
+	 * the owner counts only if it is still the same file */
+	{
+		struct stat again;
+		if (fstatat(dirfd, path, &again, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    again.st_ino != st.st_ino || again.st_dev != st.st_dev) {
+			sys_close(fd);
+			return -1;
+		}
+	}
+	*owner = st.st_uid;
+	return fd;
+}
+
+void registry_inbox_remove(int dirfd, const char *name)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), "i/%s", name);
+	unlinkat(dirfd, path, 0);
 }
 
 int registry_rendezvous_open(int dirfd, const char *key, uid_t *owner)
@@ -433,8 +521,16 @@ static int rendezvous_stale(int dirfd, const char *sub, const char *name)
 	       time(NULL) - st.st_mtime > 60;
 }
 
+static int inbox_dead(int dirfd, const char *sub, const char *name)
+{
+	struct sockaddr_un sun;
+
+	return socket_sun(dirfd, sub, name, &sun) == 0 && socket_dead(&sun);
+}
+
 void registry_gc(int dirfd)
 {
 	gc_dir(dirfd, "l", lock_dead);
 	gc_dir(dirfd, "p", rendezvous_stale);
+	gc_dir(dirfd, "i", inbox_dead);
 }

@@ -2,7 +2,9 @@
  * registry.h - the directory through which smclo processes find each other.
  *
  * Layout under SMCLO_DIR (default /dev/shm/smclo-<uid>, mode 0700):
- *   l/<port>.<netns>.<ip>.<flags>.<pid>.<rand>  a listener; locked while alive
+ *   l/<port>.<netns>.<ip>.<flags>.<pid>.<inbox>.<tx>.<rx>.<rand>
+ *                                                a listener; locked while alive
+ *   i/<pid>.<inbox>                              a listening process's inbox
  *   p/<dstport>-<srcport>-<dstip>                a client's rendezvous socket
  *   c/<pid>.<rand>                                a process's connection table
  *   stats                                         totals since creation/reset
@@ -35,8 +37,17 @@ int registry_lock_create(int dirfd, const char *sub, const char *name);
 /* 1 if someone holds the lock on @sub/@name, 0 if not, -1 if it is gone. */
 int registry_is_locked(int dirfd, const char *sub, const char *name);
 
-/* Listener entries. */
-int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsigned flags);
+/*
+ * Listener entries.  An entry names the inbox of the process that made it
+ * (0: none, e.g. the entry a fork child adds for the listener it inherited)
+ * and that process's ring sizes, for the one-message handshake (inbox.h).
+ */
+struct listener_offer {
+	uint64_t inbox;
+	uint32_t tx_size, rx_max;
+};
+int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsigned flags,
+                          const struct listener_offer *offer);
 
 enum listener_match {
 	LM_NONE,          /* nothing listens on the port through smclo */
@@ -45,7 +56,15 @@ enum listener_match {
 	LM_SAME_NETNS,
 	LM_OTHER_NETNS,
 };
-enum listener_match registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns);
+struct listener_info {
+	enum listener_match m;
+	/* LM_SAME_NETNS: one process (pid) accepts there, through this inbox */
+	int exclusive;
+	int pid;
+	struct listener_offer offer;
+};
+void registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns,
+                            struct listener_info *info);
 
 /*
  * Rendezvous: before its SYN leaves, a client binds an AF_UNIX datagram
@@ -63,6 +82,15 @@ int registry_rendezvous_open(int dirfd, const char *key, uid_t *owner);
 /* sendmsg() @mh to the socket @pathfd names, through the unbound datagram socket @sock. */
 ssize_t registry_rendezvous_send(int pathfd, int sock, struct msghdr *mh);
 void registry_rendezvous_remove(int dirfd, const char *key);
+
+/*
+ * Inboxes (inbox.h): a listening process binds i/<name>; a client connects a
+ * datagram socket to it, learning the uid that bound it (the same file it
+ * connected to, or -1).
+ */
+int registry_inbox_bind(int dirfd, const char *name);
+int registry_inbox_connect(int dirfd, const char *name, uid_t *owner);
+void registry_inbox_remove(int dirfd, const char *name);
 
 /* "/proc/self/fd/<dirfd>/<sub>/<name>", short enough for sun_path. */
 int registry_sun_path(int dirfd, const char *sub, const char *name, char *out, size_t len);

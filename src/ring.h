@@ -59,6 +59,8 @@ struct ring_hdr {
 	_Alignas(64) _Atomic uint64_t bell_seq;
 	_Atomic uint64_t bells_drained;     /* doorbells the owner consumed */
 	_Atomic uint64_t bell_val[BELL_LOG];
+	/* client->server ring only: the offer word of the inbox handshake (inbox.h) */
+	_Alignas(64) _Atomic uint32_t offer;
 };
 
 _Static_assert(sizeof(struct ring_hdr) <= RING_HDR_SIZE, "ring header too big");

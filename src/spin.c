@@ -55,7 +55,7 @@ static int cores_oversubscribed(long long now, int ncpu)
 	return atomic_load(&busy);
 }
 
-long long spin_deadline(void)
+static long long spin_deadline_after(long long ns)
 {
 	static int ncpu;
 	long long now;
@@ -65,7 +65,28 @@ long long spin_deadline(void)
 	if (ncpu < 2)
 		return 0;
 	now = spin_now();
-	return cores_oversubscribed(now, ncpu) ? 0 : now + SPIN_NS;
+	return cores_oversubscribed(now, ncpu) ? 0 : now + ns;
+}
+
+long long spin_deadline(void)
+{
+	return spin_deadline_after(SPIN_NS);
+}
+
+int spin_for_word(const _Atomic uint32_t *word, uint32_t seen, long long ns)
+{
+	long long until = spin_deadline_after(ns);
+
+	if (!until)
+		return 0;
+	do {
+		for (int i = 0; i < 64; i++) {
+			if (atomic_load_explicit(word, memory_order_acquire) != seen)
+				return 1;
+			__builtin_ia32_pause();
+		}
+	} while (spin_now() < until);
+	return 0;
 }
 
 int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,

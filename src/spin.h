@@ -26,6 +26,12 @@ int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
                     const _Atomic uint32_t *flags);
 
 /*
+ * Watch a 32-bit word for up to @ns (a caller that waits for a peer to wake
+ * up spins longer than SPIN_NS); same conditions.  1 if it left @seen.
+ */
+int spin_for_word(const _Atomic uint32_t *word, uint32_t seen, long long ns);
+
+/*
  * The handshake's version: poll @fd without sleeping for at most SPIN_NS
  * (the peer's answer is a few microseconds of work away).  Returns 1 once
  * @events are pending, 0 if the caller should sleep.

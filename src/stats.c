@@ -272,4 +272,5 @@ void stats_reset(struct stats_totals *tot)
 	atomic_store(&tot->regions_reused, 0);
 	atomic_store(&tot->bells_sent, 0);
 	atomic_store(&tot->bells_skipped, 0);
+	atomic_store(&tot->inbox_handshakes, 0);
 }

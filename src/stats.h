@@ -62,6 +62,8 @@ struct stats_totals {
 	/* doorbells of closed connections: rung, and skipped for a reader
 	 * that was watching (spin_take, watchers) */
 	_Atomic uint64_t bells_sent, bells_skipped;
+	/* accelerated connections whose handshake was one offer to an inbox (inbox.h) */
+	_Atomic uint64_t inbox_handshakes;
 };
 
 /* Map the totals file, creating it if needed.  NULL on failure. */

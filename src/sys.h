@@ -10,6 +10,8 @@
 #define SMCLO_SYS_H
 
 #include <poll.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <time.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -156,6 +158,17 @@ static inline pid_t sys_getpid(void)
 static inline void sys_pid_forget(void)
 {
 	sys_pid_cached = 0;
+}
+
+/* futex on a word shared between processes (no FUTEX_PRIVATE_FLAG) */
+static inline int sys_futex_wait(_Atomic uint32_t *w, uint32_t val, const struct timespec *t)
+{
+	return (int)syscall(SYS_futex, w, 0 /* FUTEX_WAIT */, val, t, NULL, 0);
+}
+
+static inline void sys_futex_wake(_Atomic uint32_t *w)
+{
+	syscall(SYS_futex, w, 1 /* FUTEX_WAKE */, 0x7fffffff, NULL, NULL, 0);
 }
 
 #endif

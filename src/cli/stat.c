@@ -132,7 +132,8 @@ int cmd_stats(int argc, char **argv)
 		       "\"fallback\": %llu, \"handshake_errors\": %llu, \"tx_bytes\": %llu, "
 		       "\"rx_bytes\": %llu, \"closed\": %llu, \"regions_created\": %llu, "
 		       "\"regions_reused\": %llu, \"doorbells_sent\": %llu, "
-		       "\"doorbells_skipped\": %llu, \"fallback_by_reason\": {",
+		       "\"doorbells_skipped\": %llu, \"inbox_handshakes\": %llu, "
+		       "\"fallback_by_reason\": {",
 		       c.dir, (long long)t->reset,
 		       (unsigned long long)(t->accelerated[1] + t->accelerated[2]),
 		       (unsigned long long)t->accelerated[1], (unsigned long long)t->accelerated[2],
@@ -140,7 +141,8 @@ int cmd_stats(int argc, char **argv)
 		       (unsigned long long)t->tx_bytes, (unsigned long long)t->rx_bytes,
 		       (unsigned long long)t->conns_closed,
 		       (unsigned long long)t->regions_created, (unsigned long long)t->regions_reused,
-		       (unsigned long long)t->bells_sent, (unsigned long long)t->bells_skipped);
+		       (unsigned long long)t->bells_sent, (unsigned long long)t->bells_skipped,
+		       (unsigned long long)t->inbox_handshakes);
 		for (int r = 1, n = 0; r < R_COUNT; r++)
 			printf("%s\"%s\": %llu", n++ ? ", " : "", reason_id(r),
 			       (unsigned long long)t->fallback[r]);
@@ -164,5 +166,7 @@ int cmd_stats(int argc, char **argv)
 	       (unsigned long long)t->regions_created, (unsigned long long)t->regions_reused);
 	printf("doorbells rung              %llu, skipped for a watching reader %llu\n",
 	       (unsigned long long)t->bells_sent, (unsigned long long)t->bells_skipped);
+	printf("handshakes through an inbox %llu (one message; the rest used a rendezvous)\n",
+	       (unsigned long long)t->inbox_handshakes);
 	return 0;
 }

@@ -7,9 +7,16 @@ library), then abuses what it was given.  Layouts follow clc.h and ring.h.
 ATTACK (server): prod      - publish an impossible producer cursor, ring
                  cons      - publish a consumer cursor beyond what was sent
                  proof     - answer with somebody else's TCP socket as proof
+                 inbox-prod   - take an offer from our inbox, then publish an
+                                impossible producer cursor
+                 inbox-silent - read the offer and never decide it
+                 inbox-junk   - set the offer word to a value that decides nothing
 ATTACK (client): unsealed  - CONFIRM with a region that could be shrunk
                  size      - CONFIRM with a region of the wrong size
                  prod      - a valid region, then an impossible producer cursor
+                 inbox-pipe     - an offer whose "socket pair" end is a pipe
+                 inbox-unsealed - an offer whose region could be shrunk
+                 inbox-junk     - a malformed offer, then a plain connect
 """
 import fcntl
 import mmap
@@ -20,8 +27,11 @@ import sys
 import time
 
 CLC_MAGIC, CLC_VERSION = 0x434C4353, 2
-ACCEPT, CONFIRM, DECLINE = 2, 3, 4
+ACCEPT, CONFIRM, DECLINE, OFFER = 2, 3, 4, 5
 RING_MAGIC, HDR = 0x4F4C4D53, 4096
+OFFER_WORD = 512                      # offsetof(struct ring_hdr, offer)
+OFFER_OPEN, OFFER_TAKEN = 1, 3
+INBOX_ID = 0x5eed
 SO_NETNS_COOKIE = 71
 F_OFD_SETLK = 37
 
@@ -55,17 +65,60 @@ def poke(region, off, fmt, value):
     struct.pack_into(fmt, region, off, value)
 
 
-def announce_listener(reg, port, ns):
+def announce_listener(reg, port, ns, inbox=0):
     """A listener entry as smclo writes it, locked for as long as we live."""
-    for sub in ("l", "p", "c"):
+    for sub in ("l", "p", "c", "i"):
         os.makedirs(os.path.join(reg, sub), mode=0o700, exist_ok=True)
-    name = "%u.%016x.%s.0.%d.%08x" % (port, ns, ip_hex("127.0.0.1"), os.getpid(), 1)
+    name = "%u.%016x.%s.0.%d.%016x.%u.%u.%08x" % (port, ns, ip_hex("127.0.0.1"), os.getpid(),
+                                                  inbox, 1 << 16, 1 << 16, 1)
     fd = os.open(os.path.join(reg, "l", name), os.O_CREAT | os.O_RDWR, 0o600)
     fcntl.fcntl(fd, F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
     return fd
 
 
+def inbox_server(reg, port, attack):
+    """Pose as a listening smclo process with an inbox; abuse the offer."""
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", port))
+    ls.listen(4)
+    lock = announce_listener(reg, port, netns(ls), INBOX_ID)
+    box = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    box.bind(os.path.join(reg, "i", "%d.%016x" % (os.getpid(), INBOX_ID)))
+    print("ready", flush=True)
+    c, _ = ls.accept()
+    box.settimeout(5)
+    msg, fds, _, _ = socket.recv_fds(box, 256, 4)
+    mtype, _, (_pid, up, down, _, _) = parse(msg)
+    assert mtype == OFFER and len(fds) == 3, (mtype, fds)
+    _tcp, pair_fd, region_fd = fds
+    region = mmap.mmap(region_fd, 2 * HDR + up + down)
+    pair = socket.socket(fileno=pair_fd)
+    if attack == "inbox-silent":
+        print("silent", flush=True)
+        c.sendall(c.recv(100))                # the client times out, goes on over TCP
+        time.sleep(1)
+        return
+    if attack == "inbox-junk":
+        poke(region, OFFER_WORD, "<I", 0x7777)
+        print("junk", flush=True)
+        c.sendall(c.recv(100))
+        time.sleep(1)
+        return
+    poke(region, OFFER_WORD, "<I", OFFER_TAKEN)
+    print("taken", flush=True)
+    pair.recv(1, socket.MSG_PEEK)                         # the client's first doorbell
+    down_hdr = HDR + up
+    poke(region, down_hdr + 64, "<Q", 1 << 62)            # our producer cursor
+    poke(region, down_hdr + 192, "<Q", 1)                 # one doorbell counted
+    pair.send(b"")
+    time.sleep(3)
+    os.close(lock)
+
+
 def server(reg, port, attack):
+    if attack.startswith("inbox-"):
+        return inbox_server(reg, port, attack)
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind(("127.0.0.1", port))
@@ -108,7 +161,50 @@ def server(reg, port, attack):
     os.close(lock)
 
 
+def find_inbox(reg, port):
+    for name in os.listdir(os.path.join(reg, "l")):
+        f = name.split(".")
+        if int(f[0]) == port and int(f[5], 16):
+            return "%s.%s" % (f[4], f[5])
+    raise SystemExit("no inbox for port %d" % port)
+
+
+def inbox_client(reg, port, attack):
+    """Send a bad offer to a real server's inbox, then connect."""
+    c = socket.socket()
+    up = down = 1 << 16
+    mfd = os.memfd_create("hostile", os.MFD_ALLOW_SEALING)
+    os.ftruncate(mfd, 2 * HDR + up + down)
+    region = mmap.mmap(mfd, 2 * HDR + up + down)
+    region[0:16] = ring_hdr(up)
+    region[HDR + up:HDR + up + 16] = ring_hdr(down)
+    poke(region, OFFER_WORD, "<I", OFFER_OPEN)
+    if attack != "inbox-unsealed":
+        fcntl.fcntl(mfd, fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pipe_r, _pipe_w = os.pipe()
+    pair_fd = pipe_r if attack == "inbox-pipe" else theirs.fileno()
+    msg = accept_msg(OFFER, 0, up, down, netns(c))
+    if attack == "inbox-junk":
+        msg = msg[:-3]                                   # truncated
+    box = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    box.connect(os.path.join(reg, "i", find_inbox(reg, port)))
+    socket.send_fds(box, [msg], [c.fileno(), pair_fd, mfd])
+    c.connect(("127.0.0.1", port))
+    deadline = time.time() + 2
+    while struct.unpack_from("<I", region, OFFER_WORD)[0] == OFFER_OPEN and time.time() < deadline:
+        time.sleep(0.01)
+    word = struct.unpack_from("<I", region, OFFER_WORD)[0]
+    print("word", word & 0xff, word >> 8, flush=True)
+    c.sendall(b"hello")                                  # the server stayed on TCP: it echoes
+    c.settimeout(5)
+    print("echo", c.recv(100).decode(), flush=True)
+
+
 def client(reg, port, attack):
+    if attack.startswith("inbox-"):
+        return inbox_client(reg, port, attack)
     c = socket.socket()
     c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     c.bind(("127.0.0.1", 0))

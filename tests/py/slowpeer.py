@@ -1,7 +1,10 @@
 """Peers that are late on purpose, for the handshake-decision tests.
 
-    slowpeer.py server PORT GATE     listen; accept one connection once the file
-                                     GATE exists; echo it
+    slowpeer.py server PORT GATE [forked]
+                                     listen; accept one connection once the file
+                                     GATE exists; echo it.  "forked": a child holds
+                                     the listener too, so clients cannot use the
+                                     inbox handshake (inbox.h) and use the rendezvous
     slowpeer.py client PORT NBYTES   say "connecting", connect, exchange NBYTES with
                                      the echo; print "match" or "MISMATCH"
 """
@@ -16,6 +19,11 @@ def main():
     role, port = sys.argv[1], int(sys.argv[2])
     if role == "server":
         s = listen("127.0.0.1", port)
+        if sys.argv[4:] == ["forked"] and os.fork() == 0:
+            parent = os.getppid()
+            while os.getppid() == parent:
+                time.sleep(0.05)
+            os._exit(0)
         while not os.path.exists(sys.argv[3]):
             time.sleep(0.01)
         c, _ = s.accept()

@@ -1,5 +1,7 @@
 """The handshake decides once: when one side gives up, both stay on TCP and
-no byte is lost, whichever side was late (handshake.c, top of file)."""
+no byte is lost, whichever side was late.  Both handshakes: the rendezvous
+(handshake.c, top of file; a listener two processes hold) and the inbox
+(inbox.h; a listener only one process holds)."""
 import os
 import signal
 import time
@@ -9,11 +11,12 @@ from conftest import PY, free_port, wait_port
 SLOW = os.path.join(os.path.dirname(__file__), "slowpeer.py")
 
 
-def start_pair(reg, procs, tmp_path, server_ms, client_ms):
+def start_pair(reg, procs, tmp_path, server_ms, client_ms, forked=True, server_env=None):
     port = free_port()
     gate = tmp_path / "gate"
-    srv = procs.start([PY, SLOW, "server", str(port), str(gate)],
-                      env=dict(reg.env, SMCLO_HANDSHAKE_MS=str(server_ms)), text=True)
+    env = dict(reg.env, SMCLO_HANDSHAKE_MS=str(server_ms), **(server_env or {}))
+    srv = procs.start([PY, SLOW, "server", str(port), str(gate)] + (["forked"] if forked else []),
+                      env=env, text=True)
     assert srv.stdout.readline().strip() == "ready"
     wait_port(port, proc=srv)
     cli = procs.start([PY, SLOW, "client", str(port), "300000"],
@@ -55,3 +58,27 @@ def test_server_gives_up_first(reg, procs, tmp_path):
     os.killpg(cli.pid, signal.SIGCONT)
     st = finish(reg, srv, cli)
     assert st["fallback_by_reason"]["timeout"] == 2, st
+
+
+def test_inbox_client_gives_up_first(reg, procs, tmp_path):
+    """The server accepts after the client withdrew its offer: the server
+    finds the offer in its inbox, loses the swap, and both use TCP."""
+    srv, cli, gate = start_pair(reg, procs, tmp_path, 10000, 100, forked=False)
+    time.sleep(0.6)
+    gate.touch()
+    st = finish(reg, srv, cli)
+    assert st["fallback_by_reason"]["timeout"] == 1, st           # the client
+    assert st["fallback_by_reason"]["peer-withdrew"] == 1, st     # the server
+    assert st["inbox_handshakes"] == 0, st
+
+
+def test_inbox_decline_is_answered_at_once(reg, procs, tmp_path):
+    """A server that may not accelerate (SMCLO_MAX_CONNS=0) declines the offer
+    with its reason; the client hears it at once instead of timing out."""
+    srv, cli, gate = start_pair(reg, procs, tmp_path, 10000, 10000, forked=False,
+                                server_env={"SMCLO_MAX_CONNS": "0"})
+    gate.touch()
+    t0 = time.monotonic()
+    st = finish(reg, srv, cli)
+    assert time.monotonic() - t0 < 5
+    assert st["fallback_by_reason"]["max-buffers"] == 2, st       # both ends, one reason

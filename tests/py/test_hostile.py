@@ -66,6 +66,28 @@ def test_server_proves_with_another_connection(reg, procs):
     assert reg.stats()["fallback_by_reason"]["proof-failed"] == 1
 
 
+def test_inbox_server_publishes_impossible_producer_cursor(reg, procs):
+    """Through the inbox handshake: the server takes the offer, then lies."""
+    srv, port = start_hostile_server(reg, procs, "inbox-prod")
+    r = run_victim(reg, port, "read")
+    assert r.returncode == 0 and r.stdout.strip() == "error ConnectionResetError", \
+        r.stdout + r.stderr
+    assert srv.stdout.readline().strip() == "taken"
+    assert reg.stats()["accelerated_client"] == 1
+
+
+@pytest.mark.parametrize("attack", ["inbox-silent", "inbox-junk"])
+def test_inbox_server_never_decides(reg, procs, attack):
+    """A server that reads the offer but never decides it (or writes a word
+    that decides nothing) costs its client the handshake timeout, then the
+    client withdraws and goes on over TCP, byte-exact."""
+    srv, port = start_hostile_server(reg, procs, attack)
+    r = run_victim(reg, port, "read")
+    assert r.returncode == 0 and r.stdout.strip() == "read 5", r.stdout + r.stderr
+    st = reg.stats()
+    assert st["accelerated_client"] == 0 and st["fallback_by_reason"]["timeout"] == 1, st
+
+
 def smclo_echo_server(reg, procs):
     port = free_port()
     srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], env=reg.env)
@@ -100,4 +122,22 @@ def test_client_publishes_impossible_producer_cursor(reg, procs):
     # accepted, then the server finds the cursor impossible and resets the connection
     assert r.returncode == 0 and r.stdout.strip() == "pair closed", r.stdout + r.stderr
     assert reg.stats()["accelerated_server"] == 1
+    assert still_serves(reg, port) and srv.poll() is None
+
+
+@pytest.mark.parametrize("attack,word,reason", [
+    ("inbox-pipe", "word 5 %d", "handshake-error"),      # declined, reason named
+    ("inbox-unsealed", "word 1 0", "handshake-error"),   # never mapped: left open
+    ("inbox-junk", "word 1 0", "peer-no-smclo"),         # never read as an offer
+])
+def test_client_sends_unsound_offer(reg, procs, attack, word, reason):
+    """Offers whose socket pair is a pipe, whose region could be shrunk, or
+    that are malformed: the server stays on TCP (and says why), and goes on
+    serving."""
+    srv, port = smclo_echo_server(reg, procs)
+    r = hostile_client(reg, port, attack)
+    out = r.stdout.split("\n")
+    expect = word % 11 if "%d" in word else word         # R_HANDSHAKE_ERROR
+    assert r.returncode == 0 and out[0] == expect and out[1] == "echo hello", r.stdout + r.stderr
+    assert reg.stats()["fallback_by_reason"][reason] == 1
     assert still_serves(reg, port) and srv.poll() is None

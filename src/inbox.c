@@ -1,0 +1,318 @@
+/*
+ * inbox.c - the one-message handshake's mailboxes and its decision word
+ * (see inbox.h).
+ *
+ * Server side: one inbox per process and a small stash.  A client sends its
+ * offer before its SYN, so when accept() returns a connection its offer is
+ * already queued; offers for connections that are still in the accept queue
+ * (or that another thread will accept) are read along the way and kept in
+ * the stash until their connection comes.  Whatever waits longer than a
+ * client would is dropped: that client has withdrawn.
+ *
+ * Client side: a few connected sockets to the inboxes recently used, so an
+ * offer costs one sendmsg() and no path lookup.
+ */
+#include "inbox.h"
+
+#include "config.h"
+#include "conn.h"
+#include "forkguard.h"
+#include "spin.h"
+#include "sys.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define STASH_MAX   64      /* offers read ahead of their connection */
+#define DRAIN_MAX   64      /* offers read per accept, at most */
+#define LINKS_MAX   8       /* inboxes a client keeps a socket to */
+#define OFFER_SPIN_NS 200000LL  /* a server asleep in accept() takes this long to wake */
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static void close_all(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			sys_close(fds[i]);
+}
+
+/* ---- the server's inbox ------------------------------------------------- */
+
+struct pending {
+	union clc_msg m;
+	int fds[OFFER_FDS];
+	long at_ms;
+};
+
+static pthread_mutex_t inbox_lock = PTHREAD_MUTEX_INITIALIZER;
+static int inbox_sock = -1;
+static pid_t inbox_owner;           /* a fork child does not own its parent's */
+static uint64_t inbox_ident;
+static struct pending stash[STASH_MAX];
+static int stash_n;
+
+static pthread_mutex_t links_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void inbox_init(void)
+{
+	fork_guard(&inbox_lock);
+	fork_guard(&links_lock);
+}
+
+static void stash_drop(int i)
+{
+	close_all(stash[i].fds, OFFER_FDS);
+	stash[i] = stash[--stash_n];
+}
+
+/*
+ * A fork child holds copies of its parent's inbox and stash: close them
+ * (the parent's stay open) and start without an inbox.  Lock held.
+ */
+static void forget_parents_inbox(void)
+{
+	if (inbox_owner == sys_getpid())
+		return;
+	if (inbox_sock >= 0)
+		sys_close(inbox_sock);
+	while (stash_n)
+		stash_drop(stash_n - 1);
+	inbox_sock = -1;
+	inbox_ident = 0;
+	inbox_owner = sys_getpid();
+}
+
+static uint64_t random_id(void)
+{
+	uint64_t v = 0;
+
+	while (v == 0)
+		if (syscall(SYS_getrandom, &v, sizeof(v), 0) != sizeof(v))
+			v = (uint64_t)time(NULL) << 20 ^ (uint64_t)sys_getpid();
+	return v;
+}
+
+static void inbox_name(char *out, size_t len, pid_t pid, uint64_t id)
+{
+	snprintf(out, len, "%d.%016llx", (int)pid, (unsigned long long)id);
+}
+
+uint64_t inbox_id(void)
+{
+	uint64_t id;
+
+	pthread_mutex_lock(&inbox_lock);
+	forget_parents_inbox();
+	if (inbox_sock < 0 && registry_fd >= 0) {
+		char name[48];
+		uint64_t fresh = random_id();
+		int s;
+
+		inbox_name(name, sizeof(name), sys_getpid(), fresh);
+		s = registry_inbox_bind(registry_fd, name);
+		if (s >= 0) {
+			inbox_sock = fd_hide(s);
+			inbox_ident = fresh;
+		}
+	}
+	id = inbox_ident;
+	pthread_mutex_unlock(&inbox_lock);
+	return id;
+}
+
+/* Is @p the client end of the connection we accepted as @local <- @peer? */
+static int pending_matches(const struct pending *p, const struct ep *local, const struct ep *peer)
+{
+	struct ep cl, cp;
+
+	return ep_of_socket(p->fds[OFFER_FD_TCP], 0, &cl) == 0 &&
+	       ep_of_socket(p->fds[OFFER_FD_TCP], 1, &cp) == 0 &&
+	       ep_equal(&cl, peer) && ep_equal(&cp, local);
+}
+
+static void take(int i, union clc_msg *m, int fds[OFFER_FDS])
+{
+	*m = stash[i].m;
+	memcpy(fds, stash[i].fds, sizeof(stash[i].fds));
+	stash[i] = stash[--stash_n];
+}
+
+/* Read one offer from the inbox into the stash; its index, or -1. */
+static int drain_one(void)
+{
+	struct pending p;
+
+	if (clc_recv(inbox_sock, CLC_OFFER, 0, &p.m, p.fds, OFFER_FDS) < 0)
+		return -1;
+	p.at_ms = now_ms();
+	if (stash_n == STASH_MAX)
+		stash_drop(0);          /* the oldest has the least chance of coming */
+	stash[stash_n] = p;
+	return stash_n++;
+}
+
+int inbox_take(const struct ep *local, const struct ep *peer, union clc_msg *m,
+               int fds[OFFER_FDS])
+{
+	long stale = now_ms() - 2L * cfg.handshake_ms;
+	int found = -1;
+
+	pthread_mutex_lock(&inbox_lock);
+	forget_parents_inbox();
+	if (inbox_sock < 0) {
+		pthread_mutex_unlock(&inbox_lock);
+		return -1;
+	}
+	for (int i = stash_n - 1; i >= 0; i--)
+		if (stash[i].at_ms < stale)
+			stash_drop(i);  /* its client has given up long ago */
+	for (int i = 0; i < stash_n && found < 0; i++)
+		if (pending_matches(&stash[i], local, peer))
+			found = i;
+	for (int n = 0; found < 0 && n < DRAIN_MAX; n++) {
+		int i = drain_one();
+		if (i < 0)
+			break;
+		if (pending_matches(&stash[i], local, peer))
+			found = i;
+	}
+	if (found >= 0)
+		take(found, m, fds);
+	pthread_mutex_unlock(&inbox_lock);
+	return found >= 0 ? 0 : -1;
+}
+
+int offer_decide(struct ring_hdr *up, uint32_t state)
+{
+	uint32_t w = atomic_load_explicit(&up->offer, memory_order_acquire);
+
+	for (;;) {
+		if (w != OFFER_OPEN && w != OFFER_OPEN_SLEEP)
+			return -1;
+		if (atomic_compare_exchange_weak_explicit(&up->offer, &w, state,
+		                                          memory_order_acq_rel,
+		                                          memory_order_acquire))
+			break;
+	}
+	if (w == OFFER_OPEN_SLEEP)
+		sys_futex_wake(&up->offer);
+	return 0;
+}
+
+/* ---- the client's side -------------------------------------------------- */
+
+struct link {
+	char name[48];
+	int sock;               /* connected to i/<name>, or -1 */
+	uid_t owner;
+};
+
+static struct link links[LINKS_MAX];
+static unsigned links_next;
+
+static void link_drop(struct link *l)
+{
+	if (l->sock >= 0)
+		sys_close(l->sock);
+	memset(l, 0, sizeof(*l));
+	l->sock = -1;
+}
+
+/* The socket to inbox @name, connecting it if needed (lock held). */
+static struct link *link_get(const char *name)
+{
+	struct link *l;
+	uid_t owner;
+	int s;
+
+	for (int i = 0; i < LINKS_MAX; i++)
+		if (links[i].name[0] && !strcmp(links[i].name, name))
+			return &links[i];
+	s = registry_inbox_connect(registry_fd, name, &owner);
+	if (s < 0)
+		return NULL;
+	l = &links[links_next++ % LINKS_MAX];
+	if (l->name[0])
+		link_drop(l);
+	snprintf(l->name, sizeof(l->name), "%s", name);
+	l->sock = fd_hide(s);
+	l->owner = owner;
+	return l;
+}
+
+int inbox_send(const struct listener_info *li, const union clc_msg *m,
+               const int fds[OFFER_FDS])
+{
+	struct clc_out o;
+	struct link *l;
+	char name[48];
+	int rc = -1;
+
+	inbox_name(name, sizeof(name), li->pid, li->offer.inbox);
+	pthread_mutex_lock(&links_lock);
+	l = link_get(name);
+	/* our TCP socket goes there: only to a user we may attach to */
+	if (l && config_uid_allowed(&cfg, l->owner)) {
+		if (sys_sendmsg(l->sock, clc_prepare(&o, m, fds, OFFER_FDS),
+		                MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)m->hdr.length)
+			rc = 0;
+		else if (errno != EAGAIN)
+			link_drop(l);   /* the inbox is gone */
+	}
+	pthread_mutex_unlock(&links_lock);
+	return rc;
+}
+
+static int decided(uint32_t w)
+{
+	return w == OFFER_TAKEN || OFFER_STATE(w) == OFFER_DECLINED;
+}
+
+/* Give up on the offer; the server may have decided just now. */
+static uint32_t withdraw(struct ring_hdr *up)
+{
+	uint32_t w = atomic_load_explicit(&up->offer, memory_order_acquire);
+
+	/* bounded: only a hostile server keeps changing the word under us */
+	for (int tries = 0; tries < 1000 && !decided(w); tries++)
+		if (atomic_compare_exchange_weak_explicit(&up->offer, &w, OFFER_WITHDRAWN,
+		                                          memory_order_acq_rel,
+		                                          memory_order_acquire))
+			return OFFER_WITHDRAWN;
+	return decided(w) ? w : OFFER_WITHDRAWN;
+}
+
+uint32_t offer_wait(struct ring_hdr *up, long deadline_ms)
+{
+	uint32_t w = OFFER_OPEN;
+
+	if (spin_for_word(&up->offer, OFFER_OPEN, OFFER_SPIN_NS) &&
+	    decided(w = atomic_load_explicit(&up->offer, memory_order_acquire)))
+		return w;
+	if (!atomic_compare_exchange_strong(&up->offer, &w, OFFER_OPEN_SLEEP) && decided(w))
+		return w;
+	for (;;) {
+		long left = deadline_ms - now_ms();
+		struct timespec t = { .tv_sec = left / 1000, .tv_nsec = (left % 1000) * 1000000L };
+
+		w = atomic_load_explicit(&up->offer, memory_order_acquire);
+		if (decided(w))
+			return w;
+		if (left <= 0)
+			return withdraw(up);
+		/* a word that is neither ours nor a decision: poll it, do not spin on it */
+		if (w != OFFER_OPEN_SLEEP)
+			t = (struct timespec){ .tv_nsec = 1000000L };
+		sys_futex_wait(&up->offer, OFFER_OPEN_SLEEP, &t);
+	}
+}

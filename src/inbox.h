@@ -1,0 +1,82 @@
+/*
+ * inbox.h - the one-message handshake, through the inbox of the process that
+ * accepts.
+ *
+ * Every process that listens through smclo binds one datagram socket, its
+ * inbox (i/<pid>.<id>), and names it in its listener entries.  When every
+ * live entry for the address a client connects to names the same inbox,
+ * exactly one process accepts there, and the client sends its whole offer to
+ * that inbox before its SYN leaves: the socket pair end that becomes the
+ * server's descriptor, its region (both rings) and its TCP socket as proof.
+ * The server picks the offer up when accept() returns that connection and
+ * decides it with one compare-and-swap on the offer word in the region,
+ * which the client watches; no message goes back.  Compared with the
+ * rendezvous handshake (handshake.c) that is one leg instead of three and
+ * no file created per connection.
+ *
+ * Deciding exactly once: the word starts OPEN; the server moves it to TAKEN
+ * or DECLINED, a client that gives up moves it to WITHDRAWN, and whoever
+ * swaps first decides.  An offer the server never sees (another process
+ * accepted after all, the server crashed) is withdrawn when the client's
+ * wait of SMCLO_HANDSHAKE_MS ends; the client's descriptor is still its TCP
+ * socket then, so nothing is lost.
+ *
+ * The word sits in the client's memory, so a hostile client can set it to
+ * anything: the server only ever trusts its own successful swap, and a
+ * hostile server can at worst make its client wait out the timeout.
+ */
+#ifndef SMCLO_INBOX_H
+#define SMCLO_INBOX_H
+
+#include "addr.h"
+#include "clc.h"
+#include "registry.h"
+#include "ring.h"
+
+/* States of the offer word (ring_hdr.offer of the client->server ring). */
+#define OFFER_NONE       0u     /* not an inbox handshake */
+#define OFFER_OPEN       1u
+#define OFFER_OPEN_SLEEP 2u     /* still open, and the client sleeps on the word */
+#define OFFER_TAKEN      3u
+#define OFFER_WITHDRAWN  4u
+#define OFFER_DECLINED   5u     /* | reason << 8 */
+
+#define OFFER_STATE(w)   ((w) & 0xffu)
+#define OFFER_REASON(w)  ((int)((w) >> 8))
+
+/* Descriptors an offer carries, in this order. */
+enum { OFFER_FD_TCP, OFFER_FD_PAIR, OFFER_FD_REGION, OFFER_FDS };
+
+/* ---- server ---- */
+
+/* This process's inbox, bound on first use; the id listeners name, 0 if none. */
+uint64_t inbox_id(void);
+
+/*
+ * The offer for the accepted connection @local <- @peer, if its client sent
+ * one here: the message and its descriptors (the caller closes them).
+ * Returns 0, or -1 if there is none.
+ */
+int inbox_take(const struct ep *local, const struct ep *peer, union clc_msg *m,
+               int fds[OFFER_FDS]);
+
+/*
+ * Decide an open offer: @state is OFFER_TAKEN or OFFER_DECLINED | reason << 8.
+ * Returns 0 if the decision is ours, -1 if the client withdrew first.
+ */
+int offer_decide(struct ring_hdr *up, uint32_t state);
+
+/* ---- client ---- */
+
+/* Send @m with @fds to the inbox @li names; 0 once queued there, else -1. */
+int inbox_send(const struct listener_info *li, const union clc_msg *m,
+               const int fds[OFFER_FDS]);
+
+/*
+ * Wait until the server decides the offer in @up or @deadline_ms passes
+ * (then withdraw it).  Returns the final word: OFFER_TAKEN, OFFER_DECLINED |
+ * reason, or OFFER_WITHDRAWN.
+ */
+uint32_t offer_wait(struct ring_hdr *up, long deadline_ms);
+
+#endif
