@@ -2,6 +2,8 @@
 
     peer.py echo HOST PORT            echo server: one connection at a time, forever
     peer.py echo-many HOST PORT       echo server: a thread per connection, forever
+    peer.py echo-prefork HOST PORT N  listen, then N forked children accept and echo
+    peer.py echo-reuseport HOST PORT  echo-many on an SO_REUSEPORT socket (start two)
     peer.py sink HOST PORT            read and discard, print the byte count at EOF
     peer.py send HOST PORT NBYTES     connect, send NBYTES, half-close, print whether
                                       the echo matched
@@ -17,10 +19,12 @@ import sys
 import threading
 
 
-def listen(host, port):
+def listen(host, port, reuseport=False):
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuseport:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     s.bind((host, port))
     s.listen(64)
     print("ready", flush=True)
@@ -70,10 +74,17 @@ def main():
         s = listen(host, port)
         while True:
             echo(s.accept()[0])
-    elif role == "echo-many":
-        s = listen(host, port)
+    elif role in ("echo-many", "echo-reuseport"):
+        s = listen(host, port, reuseport=role == "echo-reuseport")
         while True:
             threading.Thread(target=echo, args=(s.accept()[0],), daemon=True).start()
+    elif role == "echo-prefork":
+        s = listen(host, port)
+        for _ in range(int(sys.argv[4])):
+            if os.fork() == 0:
+                while True:
+                    echo(s.accept()[0])
+        os.wait()
     elif role == "sink":
         s = listen(host, port)
         c, _ = s.accept()
