@@ -302,6 +302,8 @@ void registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns,
 	pthread_mutex_unlock(&lookup_lock);
 	scan_start = clock_ns(CLOCK_REALTIME);
 	registry_for_each(dirfd, "l", match_listener, &f);
+	if (info->m != LM_SAME_NETNS)
+		info->exclusive = 0;    /* the acceptor may be in another namespace */
 	/* our own scan may have removed dead entries: look at l/ again */
 	if (have_mtime && fstatat(dirfd, "l", &st, 0) == 0 &&
 	    scan_start - (st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec) > LOOKUP_QUIET_NS) {
