@@ -155,8 +155,13 @@ static int drain_one(void)
 	if (clc_recv(inbox_sock, CLC_OFFER, 0, &p.m, p.fds, OFFER_FDS) < 0)
 		return -1;
 	p.at_ms = now_ms();
-	if (stash_n == STASH_MAX)
-		stash_drop(0);          /* the oldest has the least chance of coming */
+	if (stash_n == STASH_MAX) {
+		int oldest = 0;         /* it has the least chance of coming */
+		for (int i = 1; i < stash_n; i++)
+			if (stash[i].at_ms < stash[oldest].at_ms)
+				oldest = i;
+		stash_drop(oldest);
+	}
 	stash[stash_n] = p;
 	return stash_n++;
 }
@@ -310,9 +315,12 @@ uint32_t offer_wait(struct ring_hdr *up, long deadline_ms)
 			return w;
 		if (left <= 0)
 			return withdraw(up);
-		/* a word that is neither ours nor a decision: poll it, do not spin on it */
-		if (w != OFFER_OPEN_SLEEP)
-			t = (struct timespec){ .tv_nsec = 1000000L };
-		sys_futex_wait(&up->offer, OFFER_OPEN_SLEEP, &t);
+		if (w == OFFER_OPEN_SLEEP) {
+			sys_futex_wait(&up->offer, OFFER_OPEN_SLEEP, &t);
+		} else {
+			/* neither ours nor a decision (a hostile server): look every ms */
+			struct timespec ms = { .tv_nsec = 1000000L };
+			nanosleep(&ms, NULL);
+		}
 	}
 }

@@ -1,12 +1,16 @@
 /*
  * test_clc.c - handshake messages: round trips, and rejection of truncated,
- * oversized, mistyped and out-of-range input.
+ * oversized, mistyped and out-of-range input, and of descriptors that do not
+ * match the message.
  */
 #include "check.h"
 #include "clc.h"
 #include "reason.h"
 
+#include <dirent.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static void accept_msg(union clc_msg *m)
 {
@@ -90,10 +94,68 @@ static void test_malformed(void)
 	CHECK(clc_parse(&m, m.hdr.length, CLC_CONFIRM, 1, &out) != 0);
 }
 
+static void offer_msg(union clc_msg *m)
+{
+	clc_init(m, CLC_OFFER, 0);
+	m->accept.pid = 7;
+	m->accept.ring_size = 1 << 20;
+	m->accept.rx_max = 1 << 20;
+}
+
+static void test_offer(void)
+{
+	union clc_msg m, out;
+
+	offer_msg(&m);
+	CHECK(clc_parse(&m, m.hdr.length, CLC_OFFER, 0, &out) == 0);
+	CHECK(out.hdr.type == CLC_OFFER && out.accept.rx_max == 1 << 20);
+	m.accept.ring_size = 3000;
+	CHECK(clc_parse(&m, m.hdr.length, CLC_OFFER, 0, &out) != 0);
+	clc_init(&m, CLC_DECLINE, 0);                   /* a decline is no offer */
+	m.decline.reason = R_TIMEOUT;
+	CHECK(clc_parse(&m, m.hdr.length, CLC_OFFER, 0, &out) != 0);
+}
+
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	while (d && readdir(d))
+		n++;
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* Descriptors travel with a message, and a message with the wrong number is refused and its descriptors closed. */
+static void test_recv_fds(void)
+{
+	union clc_msg m, out;
+	struct clc_out o;
+	int sp[2], fds[3] = { 0, 1, 2 }, got[3], before;
+
+	CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sp) == 0);
+	offer_msg(&m);
+	CHECK(sendmsg(sp[0], clc_prepare(&o, &m, fds, 3), 0) == m.hdr.length);
+	CHECK(clc_recv(sp[1], CLC_OFFER, 0, &out, got, 3) == 0);
+	for (int i = 0; i < 3; i++)
+		close(got[i]);
+	before = open_fds();
+	CHECK(sendmsg(sp[0], clc_prepare(&o, &m, fds, 2), 0) == m.hdr.length);
+	CHECK(clc_recv(sp[1], CLC_OFFER, 0, &out, got, 3) != 0);
+	CHECK(open_fds() == before);
+	CHECK(clc_recv(sp[1], CLC_OFFER, 0, &out, got, 3) != 0);      /* nothing queued */
+	close(sp[0]);
+	close(sp[1]);
+}
+
 int main(void)
 {
 	test_roundtrip();
 	test_truncated();
 	test_malformed();
+	test_offer();
+	test_recv_fds();
 	return check_report("test_clc");
 }
