@@ -224,7 +224,8 @@ def oversubscribed(runs):
             h.wait()
     if out.returncode != 0:
         raise RuntimeError("smclo bench under load failed:\n" + out.stdout + out.stderr)
-    return [l for l in out.stdout.splitlines() if l.startswith(("benchmark", "ping-pong", "stream"))]
+    return [l for l in out.stdout.splitlines()
+            if l.startswith(("benchmark", "ping-pong", "stream", "connection"))]
 
 
 def idle_memory():
