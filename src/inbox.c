@@ -301,7 +301,7 @@ uint32_t offer_wait(struct ring_hdr *up, long deadline_ms)
 {
 	uint32_t w = OFFER_OPEN;
 
-	if (spin_for_word(&up->offer, OFFER_OPEN, OFFER_SPIN_NS) &&
+	if (deadline_ms > now_ms() && spin_for_word(&up->offer, OFFER_OPEN, OFFER_SPIN_NS) &&
 	    decided(w = atomic_load_explicit(&up->offer, memory_order_acquire)))
 		return w;
 	if (!atomic_compare_exchange_strong(&up->offer, &w, OFFER_OPEN_SLEEP) && decided(w))
