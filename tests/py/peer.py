@@ -3,6 +3,7 @@
     peer.py echo HOST PORT            echo server: one connection at a time, forever
     peer.py echo-many HOST PORT       echo server: a thread per connection, forever
     peer.py echo-prefork HOST PORT N  listen, then N forked children accept and echo
+    peer.py echo-threads HOST PORT N  N threads accept on one listener and echo
     peer.py echo-reuseport HOST PORT  echo-many on an SO_REUSEPORT socket (start two)
     peer.py sink HOST PORT            read and discard, print the byte count at EOF
     peer.py send HOST PORT NBYTES     connect, send NBYTES, half-close, print whether
@@ -78,6 +79,15 @@ def main():
         s = listen(host, port, reuseport=role == "echo-reuseport")
         while True:
             threading.Thread(target=echo, args=(s.accept()[0],), daemon=True).start()
+    elif role == "echo-threads":
+        s = listen(host, port)
+
+        def acceptor():
+            while True:
+                echo(s.accept()[0])
+        for _ in range(int(sys.argv[4])):
+            threading.Thread(target=acceptor, daemon=True).start()
+        threading.Event().wait()
     elif role == "echo-prefork":
         s = listen(host, port)
         for _ in range(int(sys.argv[4])):
