@@ -5,6 +5,8 @@ accelerated, none waits out a timeout, and every byte comes back."""
 import os
 import time
 
+import pytest
+
 from conftest import PY, free_port, wait_port
 
 PEER = os.path.join(os.path.dirname(__file__), "peer.py")
@@ -20,49 +22,34 @@ def churn(reg, procs, port, clients, each):
     return reg.stats()
 
 
-def test_single_process_server_takes_offers(reg, procs):
-    """Four clients at once: offers reach the inbox in one order and their
-    connections the accept queue in another; each finds its own."""
+SERVERS = {
+    # role and argument, server processes, clients at once, connections each
+    "one thread": (["echo-many"], 1, 4, 25),
+    "four threads accepting": (["echo-threads", "4"], 1, 4, 25),
+    "prefork, two children": (["echo-prefork", "2"], 1, 2, 20),
+    "two SO_REUSEPORT siblings": (["echo-reuseport"], 2, 2, 20),
+}
+
+
+@pytest.mark.parametrize("shape", SERVERS)
+def test_handshake_follows_the_acceptors(reg, procs, shape):
+    """One process accepting (one thread or several, where a thread may read
+    another's offer and keeps it for that thread): every connection is an
+    inbox handshake.  Several processes (a prefork server, whose children add
+    entries of their own; SO_REUSEPORT siblings): every connection uses the
+    rendezvous.  Never a fallback, never a timeout."""
+    role, nserv, clients, each = SERVERS[shape]
     port = free_port()
-    srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], env=reg.env)
-    wait_port(port, proc=srv)
-    st = churn(reg, procs, port, 4, 25)
-    assert st["accelerated_client"] == 100 and st["accelerated_server"] == 100, st
-    assert st["fallback"] == 0, st
-    assert st["inbox_handshakes"] == 100, st
-
-
-def test_threads_accepting_together_find_their_offers(reg, procs):
-    """Four threads in accept() on one listener: a thread may read another's
-    offer from the inbox; it keeps it for the thread whose connection it is."""
-    port = free_port()
-    srv = procs.start([PY, PEER, "echo-threads", "127.0.0.1", str(port), "4"], env=reg.env)
-    wait_port(port, proc=srv)
-    st = churn(reg, procs, port, 4, 25)
-    assert st["accelerated_client"] == 100 and st["fallback"] == 0, st
-    assert st["inbox_handshakes"] == 100, st
-
-
-def test_prefork_listener_uses_rendezvous(reg, procs):
-    """The listener's children added entries of their own: no client offers
-    to the parent, which never accepts."""
-    port = free_port()
-    srv = procs.start([PY, PEER, "echo-prefork", "127.0.0.1", str(port), "2"], env=reg.env)
-    wait_port(port, proc=srv)
-    st = churn(reg, procs, port, 2, 20)
-    assert st["accelerated_client"] == 40 and st["fallback"] == 0, st
-    assert st["inbox_handshakes"] == 0, st
-    assert len(reg.entries("l")) == 3               # the parent's and each child's
-
-
-def test_reuseport_siblings_use_rendezvous(reg, procs):
-    port = free_port()
-    for _ in range(2):
-        srv = procs.start([PY, PEER, "echo-reuseport", "127.0.0.1", str(port)], env=reg.env)
+    for _ in range(nserv):
+        srv = procs.start([PY, PEER, role[0], "127.0.0.1", str(port)] + role[1:], env=reg.env)
         wait_port(port, proc=srv)
-    st = churn(reg, procs, port, 2, 20)
-    assert st["accelerated_client"] == 40 and st["fallback"] == 0, st
-    assert st["inbox_handshakes"] == 0, st
+    st = churn(reg, procs, port, clients, each)
+    n = clients * each
+    assert st["accelerated_client"] == n and st["accelerated_server"] == n, st
+    assert st["fallback"] == 0, st
+    assert st["inbox_handshakes"] == (n if nserv == 1 and role[0] != "echo-prefork" else 0), st
+    if role[0] == "echo-prefork":
+        assert len(reg.entries("l")) == 3           # the parent's and each child's
 
 
 TWO_PORTS = r"""
