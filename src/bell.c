@@ -134,14 +134,6 @@ static int handlers_restart(void)
 	return 1;
 }
 
-static long long mono_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1000LL + t.tv_nsec / 1000000;
-}
-
 /*
  * A crashed writer wakes no futex, and a signal that arrives between two
  * waits would not interrupt the next, so the futex is only the first
@@ -155,10 +147,10 @@ int bell_sleep(struct conn *c, int fd, uint32_t seq)
 {
 	int timeo = so_rcvtimeo_ms(c, fd);
 	int ms = timeo > 0 && timeo < SLEEP_TICK_MS ? timeo : SLEEP_TICK_MS;
-	long long end = mono_ms() + ms;
+	long long end = mono_now_ms() + ms;
 
 	for (;;) {
-		long long left = end - mono_ms();
+		long long left = end - mono_now_ms();
 		struct timespec t = { .tv_nsec = 1000000L * (left > 0 ? left : 0) };
 
 		if (left <= 0)

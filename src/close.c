@@ -9,6 +9,7 @@
  */
 #include "io.h"
 
+#include "inbox.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -75,6 +76,14 @@ void conn_close_fd(int fd)
 
 	if (!c)
 		return;
+	if (c->bell_fd >= 0) {
+		/* still undecided, and the descriptor was closed behind our back
+		 * (close_range): withdraw; a server that took it sees the pair hang up */
+		offer_wait(c->tx, 0);
+		sys_close(c->bell_fd);
+		c->bell_fd = -1;
+		atomic_store(&c->pending, PENDING_NONE);
+	}
 	if (c->fd_count == 0)
 		conn_leave_process(c);
 	conn_put(c);

@@ -29,7 +29,7 @@ struct stats_totals *totals;
 
 struct fd_entry {
 	_Atomic(struct conn *) conn;
-	_Atomic uint8_t flags;
+	_Atomic uint16_t flags;
 	int listen_lock;                /* lock fd of our listener entry, +1 (0 = none) */
 };
 
@@ -81,14 +81,14 @@ static struct fd_entry *ent_use(int fd)
 	return e;
 }
 
-uint8_t fd_flags(int fd)
+uint16_t fd_flags(int fd)
 {
 	struct fd_entry *e = ent(fd);
 
 	return e ? atomic_load_explicit(&e->flags, memory_order_relaxed) : 0;
 }
 
-void fd_set_flags(int fd, uint8_t flags)
+void fd_set_flags(int fd, uint16_t flags)
 {
 	struct fd_entry *e = ent_use(fd);
 
@@ -96,7 +96,7 @@ void fd_set_flags(int fd, uint8_t flags)
 		atomic_store(&e->flags, flags);
 }
 
-void fd_add_flags(int fd, uint8_t flags)
+void fd_add_flags(int fd, uint16_t flags)
 {
 	struct fd_entry *e = ent_use(fd);
 
@@ -184,6 +184,7 @@ struct conn *conn_alloc(int mode)
 	c->refs = 1;
 	c->mode = mode;
 	c->tcp_fd = -1;
+	c->bell_fd = -1;
 	atomic_fetch_add(&n_conns, 1);
 	return c;
 }

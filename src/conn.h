@@ -68,7 +68,19 @@ struct conn {
 	struct stat_slot *slot;
 	struct ep local, peer;
 	int watch_regs;                 /* epoll registrations watch.c tracks for it */
+	/*
+	 * A client connection whose inbox offer is not decided yet (handshake.c,
+	 * "pending"): the descriptor is still the TCP socket, writes that fit go
+	 * into the ring with doorbells on bell_fd, everything else decides first.
+	 */
+	_Atomic int pending;            /* PENDING_* */
+	int bell_fd;                    /* pending: our end of the socket pair */
+	long pending_until_ms;          /* pending: when the client withdraws */
 };
+
+#define PENDING_NONE      0
+#define PENDING_OPEN      1
+#define PENDING_DECIDING  2
 
 /* Per-descriptor knowledge about sockets that are not (yet) connections. */
 #define FDF_TCP        1u   /* an AF_INET/AF_INET6 stream socket we saw created */
@@ -78,6 +90,7 @@ struct conn {
 #define FDF_EPOLL     16u   /* an epoll instance (watch.c) */
 #define FDF_WATCHED   32u   /* registered in an epoll set watch.c tracks */
 #define FDF_NESTED    64u   /* an epoll instance inside another one */
+#define FDF_PENDING  128u   /* a connection whose handshake is not decided yet */
 
 /* Library-wide state set up by the constructor. */
 extern int smclo_active;       /* 0: pass everything through */
@@ -85,9 +98,9 @@ extern int registry_fd;        /* -1 when the registry is unusable */
 extern struct stats_totals *totals;
 
 int fdtab_init(void);
-uint8_t fd_flags(int fd);
-void fd_set_flags(int fd, uint8_t flags);
-void fd_add_flags(int fd, uint8_t flags);
+uint16_t fd_flags(int fd);
+void fd_set_flags(int fd, uint16_t flags);
+void fd_add_flags(int fd, uint16_t flags);
 void fd_set_listen_lock(int fd, int lockfd);
 int fd_take_listen_lock(int fd);
 /* Call @fn for every descriptor that holds a listener entry. */

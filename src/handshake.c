@@ -70,14 +70,6 @@
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
 static uint64_t netns_cookie(int fd)
 {
 	uint64_t c = 0;
@@ -118,7 +110,7 @@ static int io_uring_in_use(void)
 {
 	static _Atomic long checked_at = -1000;
 	static _Atomic int found;
-	long now = now_ms();
+	long now = mono_now_ms();
 	struct dirent *de;
 	DIR *d;
 	int hit = 0;
@@ -143,11 +135,11 @@ static int io_uring_in_use(void)
 
 static int wait_fd(int fd, short events, long deadline)
 {
-	if (deadline > now_ms() && spin_poll(fd, events))
+	if (deadline > mono_now_ms() && spin_poll(fd, events))
 		return 0;
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = events };
-		long left = deadline - now_ms();
+		long left = deadline - mono_now_ms();
 		int rc;
 
 		if (left < 0)
@@ -264,21 +256,17 @@ static void parts_free(struct shm_parts *p)
 }
 
 /*
- * Bind the shared memory to @app_fd (the side connection's number from now
- * on) with @tcp_fd hidden beside it.
+ * A connection object for the shared memory in @p (taken over), not bound
+ * yet; NULL (and @p left as it was) if there is no memory for one.
  */
-static void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
-                     const struct ep *l, const struct ep *r, int domain, int nonblock)
+static struct conn *conn_new_shm(int slot_fd, int role, struct shm_parts *p,
+                                 const struct ep *l, const struct ep *r, int domain,
+                                 int nonblock)
 {
 	struct conn *c = conn_alloc(MODE_SHM);
-	int sndbuf = SIDE_SNDBUF;
 
-	sys_setsockopt(app_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
-	if (!c) {       /* cannot happen in practice; keep the descriptor sane */
-		parts_free(p);
-		return;
-	}
-	c->tcp_fd = tcp_fd;
+	if (!c)
+		return NULL;
 	c->domain = domain;
 	c->region = p->region;
 	if (role == ROLE_CLIENT) {
@@ -297,15 +285,34 @@ static void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
 	c->sh->rcvtimeo_ms = p->rcvtimeo_ms + 1;    /* known: no lookup at the first sleep */
 	c->local = *l;
 	c->peer = *r;
-	c->slot = stats_slot_alloc(stats_table(registry_fd, NULL, 0), app_fd, role);
+	c->slot = stats_slot_alloc(stats_table(registry_fd, NULL, 0), slot_fd, role);
 	if (c->slot) {
 		c->slot->local = *l;
 		c->slot->peer = *r;
 		c->slot->tx_ring = c->tx_size;
 		c->slot->rx_ring = c->rx_size;
 	}
-	stats_slot_decide(totals, c->slot, MODE_SHM, R_NONE);
 	memset(p, 0, sizeof(*p));
+	return c;
+}
+
+/*
+ * Bind the shared memory to @app_fd (the side connection's number from now
+ * on) with @tcp_fd hidden beside it.
+ */
+static void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
+                     const struct ep *l, const struct ep *r, int domain, int nonblock)
+{
+	int sndbuf = SIDE_SNDBUF;
+	struct conn *c;
+
+	sys_setsockopt(app_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+	if (!(c = conn_new_shm(app_fd, role, p, l, r, domain, nonblock))) {
+		parts_free(p);  /* cannot happen in practice; keep the descriptor sane */
+		return;
+	}
+	c->tcp_fd = tcp_fd;
+	stats_slot_decide(totals, c->slot, MODE_SHM, R_NONE);
 	conn_bind_fd(c, app_fd);
 	conn_put(c);
 }
@@ -429,7 +436,7 @@ static int client_tcp_connect(struct client *cl, const struct sockaddr *sa, sock
 		return 0;
 	if (errno != EINPROGRESS)
 		return -1;
-	if (wait_fd(cl->fd, POLLOUT, now_ms() + cfg.handshake_ms) < 0) {
+	if (wait_fd(cl->fd, POLLOUT, mono_now_ms() + cfg.handshake_ms) < 0) {
 		*timed_out = 1;
 		errno = EINPROGRESS;
 		return -1;
@@ -448,12 +455,12 @@ static int client_tcp_connect(struct client *cl, const struct sockaddr *sa, sock
  */
 static int client_wait_accept(struct client *cl, union clc_msg *m, int fds[2])
 {
-	long deadline = now_ms() + cfg.handshake_ms;
+	long deadline = mono_now_ms() + cfg.handshake_ms;
 
 	do {
 		if (msg_recv(cl->rendezvous, CLC_ACCEPT, 0, m, fds, 2, deadline) == 0)
 			return m->hdr.type == CLC_DECLINE ? (int)m->decline.reason : R_NONE;
-	} while (now_ms() < deadline);
+	} while (mono_now_ms() < deadline);
 	/* a last look before the socket goes: the answer may have landed just now */
 	registry_rendezvous_remove(registry_fd, cl->key);
 	if (msg_recv(cl->rendezvous, CLC_ACCEPT, 0, m, fds, 2, 0) == 0)
@@ -585,11 +592,140 @@ static int offer_reason(uint32_t w)
 	return r > R_NONE && r < R_COUNT ? r : R_HANDSHAKE_ERROR;
 }
 
+/* ---- a connection whose offer is not decided yet ("pending") ----------- */
+
+static void resolve_all_before_fork(void);
+
 /*
- * The offer goes to the inbox before the SYN; then the TCP connect, then a
- * wait for the server's decision.  Returns -1 if the offer could not be sent
- * (nothing has happened yet: the rendezvous handshake takes over), else 0
- * with *rc and errno as connect() leaves them.
+ * TCP is up and the offer is out: give the descriptor back to the
+ * application at once, as TCP's connect() would, and decide at its next
+ * call that needs to know (hs_resolve).  Writes that fit go into the ring
+ * meanwhile (tx_send_pending), so a request is already there when the
+ * server takes the offer, and a client that then reads is woken once, by
+ * the answer.  Returns -1 if the connection object cannot be made.
+ */
+static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
+{
+	static pthread_once_t fork_hook = PTHREAD_ONCE_INIT;
+	int sndbuf = SIDE_SNDBUF, fl = sys_fcntl(cl->fd, F_GETFL, 0);
+	struct conn *c;
+
+	ep_of_socket(cl->fd, 0, &cl->src);
+	if (!(c = conn_new_shm(cl->fd, ROLE_CLIENT, p, &cl->src, &cl->dst, domain_of(cl->fd),
+	                       (fl & O_NONBLOCK) != 0)))
+		return -1;
+	/* registered now, after every constructor: it runs before their fork handlers */
+	pthread_once(&fork_hook, resolve_all_before_fork);
+	sys_setsockopt(pair_end, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+	c->bell_fd = fd_hide(pair_end);
+	c->sh->rcvtimeo_ms = 0;                 /* looked up when it is the pair's */
+	c->pending_until_ms = mono_now_ms() + cfg.handshake_ms;
+	atomic_store(&c->pending, PENDING_OPEN);
+	conn_bind_fd(c, cl->fd);
+	conn_put(c);
+	fd_add_flags(cl->fd, FDF_PENDING);
+	DBG("connect fd %d: offer pending", cl->fd);
+	return 0;
+}
+
+/* The server took the offer: our end of the pair takes the descriptor's place. */
+static void pending_take(int fd, struct conn *c)
+{
+	int fl = sys_fcntl(fd, F_GETFL, 0), fdfl = sys_fcntl(fd, F_GETFD, 0);
+
+	c->sh->rcvtimeo_ms = so_copy_timeouts(fd, c->bell_fd) + 1;
+	c->tcp_fd = fd_dup_hidden(fd);
+	sys_dup3(c->bell_fd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
+	sys_close(c->bell_fd);
+	c->bell_fd = -1;
+	if (fl & O_NONBLOCK)            /* options and flags set meanwhile went to the TCP socket */
+		sys_fcntl(fd, F_SETFL, O_NONBLOCK);
+	atomic_store(&c->sh->nonblock, (fl & O_NONBLOCK) != 0);
+	stats_slot_decide(totals, c->slot, MODE_SHM, R_NONE);
+	DBG("connect fd %d: shm through the inbox (ring tx %u rx %u)", fd, c->tx_size, c->rx_size);
+}
+
+/*
+ * Nobody will read the ring: what the application wrote into it goes into
+ * the TCP socket, before anything else can, and the connection is TCP.
+ */
+static void pending_fall_back(int fd, struct conn *c, int reason)
+{
+	const uint8_t *data = ring_data(c->tx);
+	uint64_t n = c->sh->prod, done = 0;
+	long until = mono_now_ms() + cfg.handshake_ms;
+
+	while (done < n) {
+		ssize_t k = sys_send(fd, data + done, (size_t)(n - done), MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k > 0)
+			done += (uint64_t)k;
+		else if ((k < 0 && errno != EAGAIN && errno != EINTR) ||
+		         wait_fd(fd, POLLOUT, until) < 0)
+			break;  /* the connection is gone, or nobody reads: as TCP would lose it */
+	}
+	sys_close(c->bell_fd);
+	c->bell_fd = -1;
+	c->mode = MODE_TCP;
+	stats_slot_decide(totals, c->slot, MODE_TCP, reason);
+	DBG("connect fd %d: tcp (%s), %llu bytes replayed", fd, reason_text(reason),
+	    (unsigned long long)done);
+}
+
+void hs_resolve(int fd, struct conn *c)
+{
+	int open = PENDING_OPEN;
+	uint32_t w;
+
+	if (!atomic_compare_exchange_strong(&c->pending, &open, PENDING_DECIDING)) {
+		/* another thread decides; its wait is bounded */
+		while (atomic_load(&c->pending) == PENDING_DECIDING)
+			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
+		return;
+	}
+	w = offer_wait(region_up(c->region), c->pending_until_ms);
+	sh_lock(&c->sh->tx_lock);       /* no pending write is half done */
+	if (w == OFFER_TAKEN)
+		pending_take(fd, c);
+	else
+		pending_fall_back(fd, c, offer_reason(w));
+	fd_set_flags(fd, fd_flags(fd) & ~FDF_PENDING);
+	atomic_store(&c->pending, PENDING_NONE);
+	sh_unlock(&c->sh->tx_lock);
+}
+
+void hs_resolve_fd(int fd)
+{
+	struct conn *c;
+
+	if (!(fd_flags(fd) & FDF_PENDING) || !(c = conn_get(fd)))
+		return;
+	if (atomic_load(&c->pending) != PENDING_NONE)
+		hs_resolve(fd, c);
+	conn_put(c);
+}
+
+static void resolve_one(int fd, struct conn *c, void *arg)
+{
+	if (atomic_load(&c->pending) != PENDING_NONE)
+		hs_resolve(fd, c);
+}
+
+/* A child must not inherit an undecided connection: decide them all first. */
+static void resolve_pending_conns(void)
+{
+	conn_for_each_fd(resolve_one, NULL);
+}
+
+static void resolve_all_before_fork(void)
+{
+	pthread_atfork(resolve_pending_conns, NULL, NULL);
+}
+
+/*
+ * The offer goes to the inbox before the SYN; then the TCP connect.  Returns
+ * -1 if the offer could not be sent (nothing has happened yet: the
+ * rendezvous handshake takes over), else 0 with *rc and errno as connect()
+ * leaves them.
  */
 static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t len, int *rc)
 {
@@ -609,11 +745,10 @@ static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t 
 	sys_close(pair[1]);
 	*rc = client_tcp_connect(cl, sa, len, &timed_out);
 	e = errno;
+	if (*rc == 0 && client_pending(cl, pair[0], &p) == 0)
+		return 0;
 	/* a connect that failed outright reached no server: nobody can take it */
-	if (*rc == 0 || timed_out)
-		w = offer_wait(region_up(p.region), now_ms() + cfg.handshake_ms);
-	else
-		w = offer_wait(region_up(p.region), 0);
+	w = offer_wait(region_up(p.region), *rc == 0 || timed_out ? mono_now_ms() + cfg.handshake_ms : 0);
 	ep_of_socket(cl->fd, 0, &cl->src);
 	if (w == OFFER_TAKEN) {
 		DBG("connect fd %d: shm through the inbox (ring tx %u rx %u)", cl->fd, p.up, p.down);
@@ -789,7 +924,7 @@ static int server_wait_confirm(struct server *sv, struct shm_parts *p)
 	union clc_msg m;
 	int fds[2], reason;
 
-	if (msg_recv(sv->s, CLC_CONFIRM, sv->nonce, &m, fds, 2, now_ms() + cfg.handshake_ms) < 0) {
+	if (msg_recv(sv->s, CLC_CONFIRM, sv->nonce, &m, fds, 2, mono_now_ms() + cfg.handshake_ms) < 0) {
 		/* close the door, then a last look (see top of file) */
 		sys_shutdown(sv->s, SHUT_RD);
 		if (msg_recv(sv->s, CLC_CONFIRM, sv->nonce, &m, fds, 2, 0) < 0)

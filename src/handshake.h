@@ -16,6 +16,14 @@ void hs_listen(int fd);
 /* Before listen() on a socket bound to a port: 0 if announced. */
 int hs_listen_bound(int fd);
 void hs_listener_closed(int fd);
+struct conn;
+/*
+ * A connection whose offer is still undecided (handshake.c, "pending"):
+ * decide it now, waiting at most until the handshake timeout.
+ */
+void hs_resolve(int fd, struct conn *c);
+/* The same for whatever @fd names, if it is pending. */
+void hs_resolve_fd(int fd);
 /* In a fork child: the inherited listeners are now shared (see handshake.c). */
 void hs_after_fork(void);
 

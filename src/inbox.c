@@ -31,14 +31,6 @@
 #define LINKS_MAX   8       /* inboxes a client keeps a socket to */
 #define OFFER_SPIN_NS 200000LL  /* a server asleep in accept() takes this long to wake */
 
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
 static void close_all(int *fds, int n)
 {
 	for (int i = 0; i < n; i++)
@@ -154,7 +146,7 @@ static int drain_one(void)
 
 	if (clc_recv(inbox_sock, CLC_OFFER, 0, &p.m, p.fds, OFFER_FDS) < 0)
 		return -1;
-	p.at_ms = now_ms();
+	p.at_ms = mono_now_ms();
 	if (stash_n == STASH_MAX) {
 		int oldest = 0;         /* it has the least chance of coming */
 		for (int i = 1; i < stash_n; i++)
@@ -169,7 +161,7 @@ static int drain_one(void)
 int inbox_take(const struct ep *local, const struct ep *peer, union clc_msg *m,
                int fds[OFFER_FDS])
 {
-	long stale = now_ms() - 2L * cfg.handshake_ms;
+	long stale = mono_now_ms() - 2L * cfg.handshake_ms;
 	int found = -1;
 
 	pthread_mutex_lock(&inbox_lock);
@@ -301,13 +293,13 @@ uint32_t offer_wait(struct ring_hdr *up, long deadline_ms)
 {
 	uint32_t w = OFFER_OPEN;
 
-	if (deadline_ms > now_ms() && spin_for_word(&up->offer, OFFER_OPEN, OFFER_SPIN_NS) &&
+	if (deadline_ms > mono_now_ms() && spin_for_word(&up->offer, OFFER_OPEN, OFFER_SPIN_NS) &&
 	    decided(w = atomic_load_explicit(&up->offer, memory_order_acquire)))
 		return w;
 	if (!atomic_compare_exchange_strong(&up->offer, &w, OFFER_OPEN_SLEEP) && decided(w))
 		return w;
 	for (;;) {
-		long left = deadline_ms - now_ms();
+		long left = deadline_ms - mono_now_ms();
 		struct timespec t = { .tv_sec = left / 1000, .tv_nsec = (left % 1000) * 1000000L };
 
 		w = atomic_load_explicit(&up->offer, memory_order_acquire);

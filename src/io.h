@@ -46,6 +46,13 @@ uint32_t peer_hangup_flags(int fd);
 
 /* tx.c */
 ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);
+/*
+ * A write before the handshake is decided (handshake.c): all of it goes into
+ * the ring, with its doorbell on c->bell_fd, if it fits within PENDING_MAX
+ * bytes in all; else nothing is written and -1 says "decide first".
+ */
+#define PENDING_MAX (16u << 10)
+ssize_t tx_send_pending(struct conn *c, const struct iovec *iov, int iovcnt);
 ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t count);
 uint32_t tx_unacked(struct conn *c);
 

@@ -60,6 +60,8 @@ static struct conn *shm_conn(int fd)
 	if (!smclo_active || !fd_has_conn(fd))
 		return NULL;
 	c = conn_get(fd);
+	if (c && atomic_load_explicit(&c->pending, memory_order_relaxed) != PENDING_NONE)
+		hs_resolve(fd, c);      /* every call but a small write needs the decision */
 	if (c && c->mode != MODE_SHM) {
 		conn_put(c);
 		return NULL;
@@ -143,7 +145,7 @@ EXPORT int socket(int domain, int type, int protocol)
 
 static int is_tcp_socket(int fd)
 {
-	uint8_t f = fd_flags(fd);
+	uint16_t f = fd_flags(fd);
 	int type = 0, proto = 0;
 	socklen_t l = sizeof(int);
 
@@ -210,6 +212,7 @@ static void forget_fd(int fd)
 	if (!smclo_active)
 		return;
 	watch_fd_closed(fd);
+	hs_resolve_fd(fd);              /* bytes written while undecided must arrive */
 	if (fd_has_conn(fd))
 		conn_close_fd(fd);
 	if (fd_flags(fd) & FDF_LISTENING)
@@ -358,29 +361,59 @@ static ssize_t send_iov(struct conn *c, int fd, const struct iovec *iov, int n, 
 	return r;
 }
 
+/*
+ * shm_conn() for the sending calls: while the handshake is undecided a
+ * small write goes into the ring without waiting for the decision (*sent
+ * says how much; -1 when it did not).
+ */
+static struct conn *shm_conn_send(int fd, const struct iovec *iov, int n, int flags,
+                                  ssize_t *sent)
+{
+	*sent = -1;
+	if (smclo_active && (fd_flags(fd) & FDF_PENDING) && !(flags & MSG_OOB)) {
+		struct conn *c = conn_get(fd);
+		if (c) {
+			*sent = tx_send_pending(c, iov, n);
+			conn_put(c);
+			if (*sent >= 0)
+				return NULL;
+		}
+	}
+	return shm_conn(fd);
+}
+
 EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
 	REAL(write);
-	struct conn *c = shm_conn(fd);
 	struct iovec iov = { (void *)buf, n };
+	ssize_t sent;
+	struct conn *c = shm_conn_send(fd, &iov, 1, 0, &sent);
 
+	if (sent >= 0)
+		return sent;
 	return c ? send_iov(c, fd, &iov, 1, 0) : real_write(fd, buf, n);
 }
 
 EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
 {
 	REAL(writev);
-	struct conn *c = shm_conn(fd);
+	ssize_t sent;
+	struct conn *c = shm_conn_send(fd, iov, n, 0, &sent);
 
+	if (sent >= 0)
+		return sent;
 	return c ? send_iov(c, fd, iov, n, 0) : real_writev(fd, iov, n);
 }
 
 EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 {
 	REAL(send);
-	struct conn *c = shm_conn(fd);
 	struct iovec iov = { (void *)buf, n };
+	ssize_t sent;
+	struct conn *c = shm_conn_send(fd, &iov, 1, flags, &sent);
 
+	if (sent >= 0)
+		return sent;
 	return c ? send_iov(c, fd, &iov, 1, flags) : real_send(fd, buf, n, flags);
 }
 
@@ -388,9 +421,12 @@ EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
                       const struct sockaddr *sa, socklen_t len)
 {
 	REAL(sendto);
-	struct conn *c = shm_conn(fd);
 	struct iovec iov = { (void *)buf, n };
+	ssize_t sent;
+	struct conn *c = shm_conn_send(fd, &iov, 1, flags, &sent);
 
+	if (sent >= 0)
+		return sent;
 	/* a connected TCP socket ignores a destination address */
 	return c ? send_iov(c, fd, &iov, 1, flags) : real_sendto(fd, buf, n, flags, sa, len);
 }
@@ -398,8 +434,11 @@ EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 {
 	REAL(sendmsg);
-	struct conn *c = shm_conn(fd);
+	ssize_t sent;
+	struct conn *c = shm_conn_send(fd, m->msg_iov, (int)m->msg_iovlen, flags, &sent);
 
+	if (sent >= 0)
+		return sent;
 	return c ? send_iov(c, fd, m->msg_iov, (int)m->msg_iovlen, flags) :
 	           real_sendmsg(fd, m, flags);
 }
@@ -573,7 +612,11 @@ static void copy_binding(int oldfd, int newfd)
 EXPORT int dup(int fd)
 {
 	REAL(dup);
-	int n = real_dup(fd);
+	int n;
+
+	if (smclo_active)
+		hs_resolve_fd(fd);      /* the copy must name what the decision makes of it */
+	n = real_dup(fd);
 
 	copy_binding(fd, n);
 	return n;
@@ -584,6 +627,8 @@ EXPORT int dup2(int fd, int fd2)
 	REAL(dup2);
 	int n;
 
+	if (smclo_active)
+		hs_resolve_fd(fd);
 	if (fd != fd2 && fcntl(fd, F_GETFD) >= 0)
 		forget_fd(fd2);         /* dup2 closes what fd2 was */
 	n = real_dup2(fd, fd2);
@@ -596,6 +641,8 @@ EXPORT int dup3(int fd, int fd2, int flags)
 	REAL(dup3);
 	int n;
 
+	if (smclo_active)
+		hs_resolve_fd(fd);
 	if (fd != fd2 && fcntl(fd, F_GETFD) >= 0)
 		forget_fd(fd2);
 	n = real_dup3(fd, fd2, flags);
@@ -606,7 +653,11 @@ EXPORT int dup3(int fd, int fd2, int flags)
 static int fcntl_common(int fd, int cmd, void *arg,
                         int (*real)(int, int, ...))
 {
-	int rc = real(fd, cmd, arg);
+	int rc;
+
+	if ((cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && smclo_active)
+		hs_resolve_fd(fd);
+	rc = real(fd, cmd, arg);
 
 	if ((cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && rc >= 0)
 		copy_binding(fd, rc);
@@ -671,7 +722,11 @@ EXPORT int epoll_create1(int flags)
 EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	REAL(epoll_ctl);
-	int rc = real_epoll_ctl(epfd, op, fd, ev);
+	int rc;
+
+	if (smclo_active && op != EPOLL_CTL_DEL)
+		hs_resolve_fd(fd);      /* the kernel must watch the descriptor it will be */
+	rc = real_epoll_ctl(epfd, op, fd, ev);
 
 	if (rc == 0 && smclo_active)
 		watch_ctl(epfd, op, fd, ev);
@@ -774,10 +829,28 @@ EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct 
 
 /* ---- poll and select (pollwait.c) --------------------------------------- */
 
+/* A connection still deciding would be polled as the TCP socket it is now. */
+static void decide_polled(const struct pollfd *fds, nfds_t n)
+{
+	for (nfds_t i = 0; i < n; i++)
+		if (fds[i].fd >= 0 && (fd_flags(fds[i].fd) & FDF_PENDING))
+			hs_resolve_fd(fds[i].fd);
+}
+
+static void decide_selected(int nfds, const fd_set *rd, const fd_set *wr, const fd_set *ex)
+{
+	for (int fd = 0; fd < nfds && fd < FD_SETSIZE; fd++)
+		if ((fd_flags(fd) & FDF_PENDING) && ((rd && FD_ISSET(fd, rd)) ||
+		    (wr && FD_ISSET(fd, wr)) || (ex && FD_ISSET(fd, ex))))
+			hs_resolve_fd(fd);
+}
+
 EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
 	REAL(poll);
 
+	if (smclo_active)
+		decide_polled(fds, n);
 	if (smclo_active && pollwait_needed(fds, n))
 		return pollwait(fds, n, timeout, NULL);
 	return real_poll(fds, n, timeout);
@@ -793,6 +866,8 @@ EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const 
 {
 	REAL(ppoll);
 
+	if (smclo_active)
+		decide_polled(fds, n);
 	if (smclo_active && pollwait_needed(fds, n))
 		return pollwait(fds, n, timespec_ms(ts), mask);
 	return real_ppoll(fds, n, ts, mask);
@@ -809,6 +884,8 @@ EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *
 {
 	REAL(select);
 
+	if (smclo_active)
+		decide_selected(nfds, rd, wr, ex);
 	if (smclo_active && selectwait_needed(nfds, rd)) {
 		long long ms = tv ? tv->tv_sec * 1000LL + (tv->tv_usec + 999) / 1000 : -1;
 		return selectwait(nfds, rd, wr, ex, ms > INT_MAX ? INT_MAX : (int)ms, NULL);
@@ -821,6 +898,8 @@ EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct ti
 {
 	REAL(pselect);
 
+	if (smclo_active)
+		decide_selected(nfds, rd, wr, ex);
 	if (smclo_active && selectwait_needed(nfds, rd))
 		return selectwait(nfds, rd, wr, ex, timespec_ms(ts), mask);
 	return real_pselect(nfds, rd, wr, ex, ts, mask);

@@ -171,4 +171,13 @@ static inline void sys_futex_wake(_Atomic uint32_t *w)
 	syscall(SYS_futex, w, 1 /* FUTEX_WAKE */, 0x7fffffff, NULL, NULL, 0);
 }
 
+/* Milliseconds on the monotonic clock (a vDSO call, no system call). */
+static inline long mono_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
 #endif

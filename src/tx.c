@@ -7,6 +7,7 @@
  */
 #include "io.h"
 
+#include "inbox.h"
 #include "spin.h"
 #include "sys.h"
 
@@ -164,6 +165,35 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 	}
 	sh_unlock(&sh->tx_lock);
 	return tx_finish((ssize_t)done, space, flags);
+}
+
+ssize_t tx_send_pending(struct conn *c, const struct iovec *iov, int iovcnt)
+{
+	struct conn_shared *sh = c->sh;
+	size_t total = 0;
+	ssize_t rc = -1;
+
+	for (int k = 0; k < iovcnt; k++)
+		total += iov[k].iov_len;
+	/* once the server has decided (or the wait is over) the next call settles it */
+	if (atomic_load_explicit(&c->tx->offer, memory_order_acquire) > OFFER_OPEN_SLEEP ||
+	    mono_now_ms() >= c->pending_until_ms)
+		return -1;
+	sh_lock(&sh->tx_lock);
+	/* nobody reads the ring yet: what is there is replayed into TCP if the
+	 * offer is withdrawn, so keep it small enough to fit the socket buffers */
+	if (atomic_load(&c->pending) == PENDING_OPEN && total > 0 &&
+	    sh->prod + total <= PENDING_MAX && sh->prod + total <= c->tx_size) {
+		uint64_t pos = sh->prod;
+		for (int k = 0; k < iovcnt; k++) {
+			ring_copy_in(ring_data(c->tx), c->tx_size, pos, iov[k].iov_base, iov[k].iov_len);
+			pos += iov[k].iov_len;
+		}
+		tx_publish(c, c->bell_fd, (uint32_t)total);
+		rc = (ssize_t)total;
+	}
+	sh_unlock(&sh->tx_lock);
+	return rc;
 }
 
 ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t count)

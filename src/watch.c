@@ -399,7 +399,7 @@ void watch_ctl(int epfd, int op, int fd, const struct epoll_event *ev)
 
 void watch_fd_closed(int fd)
 {
-	uint8_t f = fd_flags(fd);
+	uint16_t f = fd_flags(fd);
 	struct watch_set *s;
 
 	if (!(f & (FDF_WATCHED | FDF_EPOLL)))

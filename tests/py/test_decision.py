@@ -6,12 +6,15 @@ import os
 import signal
 import time
 
+import pytest
+
 from conftest import PY, free_port, wait_port
 
 SLOW = os.path.join(os.path.dirname(__file__), "slowpeer.py")
 
 
-def start_pair(reg, procs, tmp_path, server_ms, client_ms, forked=True, server_env=None):
+def start_pair(reg, procs, tmp_path, server_ms, client_ms, forked=True, server_env=None,
+               nbytes=300000):
     port = free_port()
     gate = tmp_path / "gate"
     env = dict(reg.env, SMCLO_HANDSHAKE_MS=str(server_ms), **(server_env or {}))
@@ -19,7 +22,7 @@ def start_pair(reg, procs, tmp_path, server_ms, client_ms, forked=True, server_e
                       env=env, text=True)
     assert srv.stdout.readline().strip() == "ready"
     wait_port(port, proc=srv)
-    cli = procs.start([PY, SLOW, "client", str(port), "300000"],
+    cli = procs.start([PY, SLOW, "client", str(port), str(nbytes)],
                       env=dict(reg.env, SMCLO_HANDSHAKE_MS=str(client_ms)), text=True)
     assert cli.stdout.readline().strip() == "connecting"
     return srv, cli, gate
@@ -60,10 +63,13 @@ def test_server_gives_up_first(reg, procs, tmp_path):
     assert st["fallback_by_reason"]["timeout"] == 2, st
 
 
-def test_inbox_client_gives_up_first(reg, procs, tmp_path):
+@pytest.mark.parametrize("nbytes", [100, 300000])
+def test_inbox_client_gives_up_first(reg, procs, tmp_path, nbytes):
     """The server accepts after the client withdrew its offer: the server
-    finds the offer in its inbox, loses the swap, and both use TCP."""
-    srv, cli, gate = start_pair(reg, procs, tmp_path, 10000, 100, forked=False)
+    finds the offer in its inbox, loses the swap, and both use TCP.  100
+    bytes fit in the ring while the offer is undecided: they are replayed
+    into the TCP socket when it is withdrawn."""
+    srv, cli, gate = start_pair(reg, procs, tmp_path, 10000, 100, forked=False, nbytes=nbytes)
     time.sleep(0.6)
     gate.touch()
     st = finish(reg, srv, cli)
@@ -72,11 +78,13 @@ def test_inbox_client_gives_up_first(reg, procs, tmp_path):
     assert st["inbox_handshakes"] == 0, st
 
 
-def test_inbox_decline_is_answered_at_once(reg, procs, tmp_path):
+@pytest.mark.parametrize("nbytes", [100, 300000])
+def test_inbox_decline_is_answered_at_once(reg, procs, tmp_path, nbytes):
     """A server that may not accelerate (SMCLO_MAX_CONNS=0) declines the offer
-    with its reason; the client hears it at once instead of timing out."""
+    with its reason; the client hears it at once instead of timing out, and
+    what it wrote while undecided is replayed into TCP."""
     srv, cli, gate = start_pair(reg, procs, tmp_path, 10000, 10000, forked=False,
-                                server_env={"SMCLO_MAX_CONNS": "0"})
+                                server_env={"SMCLO_MAX_CONNS": "0"}, nbytes=nbytes)
     gate.touch()
     t0 = time.monotonic()
     st = finish(reg, srv, cli)
