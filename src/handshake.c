@@ -202,17 +202,24 @@ static pid_t peer_pid_allowed(int s)
  * Is @theirs the other end of our TCP connection @local -> @peer in the
  * namespace @netns?  (see top of file)
  */
-static int proof_ok(const struct ep *local, const struct ep *peer, uint64_t netns, int theirs)
+/* The rest of the proof once the addresses of @theirs are known to mirror ours. */
+static int proof_same_host(const struct ep *local, uint64_t netns, int theirs)
 {
-	struct ep tl, tp;
-
-	if (!sock_is_tcp(theirs) || ep_of_socket(theirs, 0, &tl) || ep_of_socket(theirs, 1, &tp))
-		return 0;
-	if (!ep_equal(local, &tp) || !ep_equal(peer, &tl))
+	if (!sock_is_tcp(theirs))
 		return 0;
 	if (netns_cookie(theirs) == netns)
 		return 1;
 	return cfg.cross_netns && !ep_is_loopback(local);
+}
+
+static int proof_ok(const struct ep *local, const struct ep *peer, uint64_t netns, int theirs)
+{
+	struct ep tl, tp;
+
+	if (ep_of_socket(theirs, 0, &tl) || ep_of_socket(theirs, 1, &tp) ||
+	    !ep_equal(local, &tp) || !ep_equal(peer, &tl))
+		return 0;
+	return proof_same_host(local, netns, theirs);
 }
 
 /* ---- connection objects ------------------------------------------------- */
@@ -1026,7 +1033,8 @@ static int offer_check(struct server *sv, const union clc_msg *m, const int fds[
 		return R_DIFF_USER;
 	if ((reason = offer_pair_check(fds[OFFER_FD_PAIR])) != R_NONE)
 		return reason;
-	if (!proof_ok(&sv->local, &sv->peer, sv->netns, fds[OFFER_FD_TCP]))
+	/* inbox_take matched its addresses to this connection already */
+	if (!proof_same_host(&sv->local, sv->netns, fds[OFFER_FD_TCP]))
 		return R_PROOF_FAILED;
 	if (!(p->sh = conn_shared_new()))
 		return R_NO_MEMORY;

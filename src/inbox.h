@@ -54,7 +54,8 @@ uint64_t inbox_id(void);
 
 /*
  * The offer for the accepted connection @local <- @peer, if its client sent
- * one here: the message and its descriptors (the caller closes them).
+ * one here: the message and its descriptors (the caller closes them).  The
+ * offered TCP socket's addresses are the mirror of @local and @peer.
  * Returns 0, or -1 if there is none.
  */
 int inbox_take(const struct ep *local, const struct ep *peer, union clc_msg *m,

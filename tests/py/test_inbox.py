@@ -39,17 +39,21 @@ def test_handshake_follows_the_acceptors(reg, procs, shape):
     entries of their own; SO_REUSEPORT siblings): every connection uses the
     rendezvous.  Never a fallback, never a timeout."""
     role, nserv, clients, each = SERVERS[shape]
+    entries = 3 if role[0] == "echo-prefork" else nserv
     port = free_port()
     for _ in range(nserv):
         srv = procs.start([PY, PEER, role[0], "127.0.0.1", str(port)] + role[1:], env=reg.env)
         wait_port(port, proc=srv)
+    # the port listens once the first server does: wait for every entry
+    deadline = time.monotonic() + 10
+    while len(reg.entries("l")) < entries and time.monotonic() < deadline:
+        time.sleep(0.02)
     st = churn(reg, procs, port, clients, each)
     n = clients * each
     assert st["accelerated_client"] == n and st["accelerated_server"] == n, st
     assert st["fallback"] == 0, st
     assert st["inbox_handshakes"] == (n if nserv == 1 and role[0] != "echo-prefork" else 0), st
-    if role[0] == "echo-prefork":
-        assert len(reg.entries("l")) == 3           # the parent's and each child's
+    assert len(reg.entries("l")) == entries         # prefork: the parent's and each child's
 
 
 TWO_PORTS = r"""
