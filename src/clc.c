@@ -108,8 +108,7 @@ int clc_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m, int *f
 	if ((mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) ||
 	    clc_parse(buf, (size_t)n, type, nonce, m) < 0 ||
 	    ngot != (m->hdr.type == CLC_DECLINE ? 0 : want)) {
-		for (int i = 0; i < ngot; i++)
-			sys_close(got[i]);
+		sys_close_all(got, ngot);
 		return -1;
 	}
 	memcpy(fds, got, ngot * sizeof(int));

@@ -79,7 +79,7 @@ void conn_close_fd(int fd)
 	if (c->bell_fd >= 0) {
 		/* still undecided, and the descriptor was closed behind our back
 		 * (close_range): withdraw; a server that took it sees the pair hang up */
-		offer_wait(c->tx, 0);
+		offer_withdraw(c->tx);
 		sys_close(c->bell_fd);
 		c->bell_fd = -1;
 		atomic_store(&c->pending, PENDING_NONE);

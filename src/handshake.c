@@ -162,13 +162,6 @@ static int msg_send(int s, const union clc_msg *m, const int *fds, int nfds)
 	       (ssize_t)m->hdr.length ? 0 : -1;
 }
 
-static void close_fds(int *fds, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (fds[i] >= 0)
-			sys_close(fds[i]);
-}
-
 /* clc_recv(), waiting until @deadline for the message to arrive. */
 static int msg_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m,
                     int *fds, int want, long deadline)
@@ -755,7 +748,8 @@ static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t 
 	if (*rc == 0 && client_pending(cl, pair[0], &p) == 0)
 		return 0;
 	/* a connect that failed outright reached no server: nobody can take it */
-	w = offer_wait(region_up(p.region), *rc == 0 || timed_out ? mono_now_ms() + cfg.handshake_ms : 0);
+	w = *rc == 0 || timed_out ? offer_wait(region_up(p.region), mono_now_ms() + cfg.handshake_ms) :
+	    offer_withdraw(region_up(p.region));
 	ep_of_socket(cl->fd, 0, &cl->src);
 	if (w == OFFER_TAKEN) {
 		DBG("connect fd %d: shm through the inbox (ring tx %u rx %u)", cl->fd, p.up, p.down);
@@ -940,7 +934,7 @@ static int server_wait_confirm(struct server *sv, struct shm_parts *p)
 	if (m.hdr.type == CLC_DECLINE)
 		return (int)m.decline.reason;
 	reason = server_take(sv, &m, fds[0], fds[1], p);
-	close_fds(fds, 2);
+	sys_close_all(fds, 2);
 	return reason;
 }
 

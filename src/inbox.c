@@ -31,13 +31,6 @@
 #define LINKS_MAX   8       /* inboxes a client keeps a socket to */
 #define OFFER_SPIN_NS 200000LL  /* a server asleep in accept() takes this long to wake */
 
-static void close_all(int *fds, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (fds[i] >= 0)
-			sys_close(fds[i]);
-}
-
 /* ---- the server's inbox ------------------------------------------------- */
 
 struct pending {
@@ -63,7 +56,7 @@ __attribute__((constructor)) static void inbox_init(void)
 
 static void stash_drop(int i)
 {
-	close_all(stash[i].fds, OFFER_FDS);
+	sys_close_all(stash[i].fds, OFFER_FDS);
 	stash[i] = stash[--stash_n];
 }
 
@@ -84,16 +77,6 @@ static void forget_parents_inbox(void)
 	inbox_owner = sys_getpid();
 }
 
-static uint64_t random_id(void)
-{
-	uint64_t v = 0;
-
-	while (v == 0)
-		if (syscall(SYS_getrandom, &v, sizeof(v), 0) != sizeof(v))
-			v = (uint64_t)time(NULL) << 20 ^ (uint64_t)sys_getpid();
-	return v;
-}
-
 static void inbox_name(char *out, size_t len, pid_t pid, uint64_t id)
 {
 	snprintf(out, len, "%d.%016llx", (int)pid, (unsigned long long)id);
@@ -107,7 +90,7 @@ uint64_t inbox_id(void)
 	forget_parents_inbox();
 	if (inbox_sock < 0 && registry_fd >= 0) {
 		char name[48];
-		uint64_t fresh = random_id();
+		uint64_t fresh = registry_random64() | 1;       /* 0 names no inbox */
 		int s;
 
 		inbox_name(name, sizeof(name), sys_getpid(), fresh);
@@ -275,8 +258,7 @@ static int decided(uint32_t w)
 	return w == OFFER_TAKEN || OFFER_STATE(w) == OFFER_DECLINED;
 }
 
-/* Give up on the offer; the server may have decided just now. */
-static uint32_t withdraw(struct ring_hdr *up)
+uint32_t offer_withdraw(struct ring_hdr *up)
 {
 	uint32_t w = atomic_load_explicit(&up->offer, memory_order_acquire);
 
@@ -306,7 +288,7 @@ uint32_t offer_wait(struct ring_hdr *up, long deadline_ms)
 		if (decided(w))
 			return w;
 		if (left <= 0)
-			return withdraw(up);
+			return offer_withdraw(up);
 		if (w == OFFER_OPEN_SLEEP) {
 			sys_futex_wait(&up->offer, OFFER_OPEN_SLEEP, &t);
 		} else {

@@ -79,5 +79,7 @@ int inbox_send(const struct listener_info *li, const union clc_msg *m,
  * reason, or OFFER_WITHDRAWN.
  */
 uint32_t offer_wait(struct ring_hdr *up, long deadline_ms);
+/* Give up on the offer now; returns the decision if the server was first. */
+uint32_t offer_withdraw(struct ring_hdr *up);
 
 #endif

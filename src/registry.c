@@ -115,7 +115,7 @@ int registry_is_locked(int dirfd, const char *sub, const char *name)
 	return fl.l_type != F_UNLCK;
 }
 
-static uint64_t random64(void)
+uint64_t registry_random64(void)
 {
 	uint64_t v = 0;
 
@@ -136,7 +136,7 @@ int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsi
 	snprintf(name, sizeof(name), "%u.%016llx.%s.%u.%d.%016llx.%u.%u.%08llx", addr->port,
 	         (unsigned long long)netns, ip, flags, (int)sys_getpid(),
 	         (unsigned long long)offer->inbox, offer->tx_size, offer->rx_max,
-	         (unsigned long long)(random64() & 0xffffffffu));
+	         (unsigned long long)(registry_random64() & 0xffffffffu));
 	return registry_lock_create(dirfd, "l", name);
 }
 

@@ -180,4 +180,11 @@ static inline long mono_now_ms(void)
 	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
+static inline void sys_close_all(const int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			sys_close(fds[i]);
+}
+
 #endif
