@@ -9,6 +9,7 @@
  */
 #include "io.h"
 
+#include "deferred.h"
 #include "inbox.h"
 #include "sys.h"
 
@@ -46,13 +47,27 @@ static void close_hidden_tcp(struct conn *c, int last)
 		/* no TIME_WAIT for a socket that carried no data: its port is free at once */
 		struct linger l = { .l_onoff = 1, .l_linger = 0 };
 		sys_setsockopt(c->tcp_fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+		deferred_close(c->tcp_fd);
+	} else {
+		sys_close(c->tcp_fd);
 	}
-	sys_close(c->tcp_fd);
 	c->tcp_fd = -1;
 }
 
-/* The last descriptor of this process for @c is going away. */
-static void conn_leave_process(struct conn *c)
+/*
+ * The peer hung up without publishing CLOSED: it crashed, and its memory is
+ * not worth keeping for a next connection (region_put).  One poll, only
+ * when we close first or the peer died.
+ */
+static int peer_crashed(struct conn *c, int fd)
+{
+	if (atomic_load_explicit(&c->rx->flags, memory_order_acquire) & RING_F_CLOSED)
+		return 0;
+	return (peer_hangup_flags(fd) & SH_PEER_GONE) != 0;
+}
+
+/* The last descriptor of this process for @c (@fd) is going away. */
+static void conn_leave_process(struct conn *c, int fd)
 {
 	int last = 1;
 
@@ -60,7 +75,7 @@ static void conn_leave_process(struct conn *c)
 		last = atomic_fetch_sub(&c->sh->holders, 1) == 1;
 		if (last)
 			publish_close(c);
-		c->reusable = last;
+		c->reusable = last && !peer_crashed(c, fd);
 		close_hidden_tcp(c, last);
 	}
 	/* a forked child closing an inherited TCP descriptor leaves the listing to its parent */
@@ -85,7 +100,7 @@ void conn_close_fd(int fd)
 		atomic_store(&c->pending, PENDING_NONE);
 	}
 	if (c->fd_count == 0)
-		conn_leave_process(c);
+		conn_leave_process(c, fd);
 	conn_put(c);
 }
 

@@ -14,6 +14,7 @@
  */
 #include "config.h"
 #include "conn.h"
+#include "deferred.h"
 #include "handshake.h"
 #include "io.h"
 #include "log.h"
@@ -86,6 +87,7 @@ static void after_fork_child(void)
 	if (!smclo_active)
 		return;
 	fork_generation++;
+	deferred_after_fork();
 	stats_forget_table();
 	conn_for_each_fd(count_fork_holder, NULL);
 	hs_after_fork();

@@ -225,8 +225,10 @@ struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner)
 		if (!r->mine && r->dev == st.st_dev && r->ino == st.st_ino &&
 		    r->up == up && r->down == down && usable(r))
 			break;
-	if (!r)
-		r = map_new(memfd, &st, up, down);
+	if (r)
+		count(totals ? &totals->peer_regions_kept : NULL);
+	else if ((r = map_new(memfd, &st, up, down)) != NULL)
+		count(totals ? &totals->peer_regions_mapped : NULL);
 	if (r) {
 		r->refs = 1;
 		r->owner = sys_getpid();
@@ -242,17 +244,6 @@ struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner)
 	return r;
 }
 
-/*
- * Is a peer's region worth keeping?  Only if the client closed cleanly
- * (CLOSED in its ring): one that crashed or is still busy will not bring
- * this region back soon, and it is the client's memory we would be holding.
- */
-static int peer_closed_cleanly(struct region *r)
-{
-	return (atomic_load_explicit(&region_up(r)->flags, memory_order_acquire) &
-	        RING_F_CLOSED) != 0;
-}
-
 void region_put(struct region *r, int reusable)
 {
 	pthread_mutex_lock(&lock);
@@ -260,8 +251,14 @@ void region_put(struct region *r, int reusable)
 		pthread_mutex_unlock(&lock);
 		return;
 	}
-	if (!r->mine && !peer_closed_cleanly(r))
-		reusable = 0;
+	/*
+	 * A peer's region is kept even while the client has not closed its
+	 * side yet (a server usually closes first): the client offers it again
+	 * only once both sides are done with it, and it is the client's memory
+	 * anyway, alive while the client keeps it for reuse.  Not when the
+	 * client crashed (the caller says so through @reusable); one that dies
+	 * later leaves at most KEEP_MAX such mappings behind.
+	 */
 	if (!reusable || r->owner != sys_getpid() || (r->mine && r->peer == 0)) {
 		unlink_entry(r);
 		destroy(r);

@@ -3,6 +3,7 @@
  */
 #include "spin.h"
 
+#include "deferred.h"
 #include "sys.h"
 
 #include <fcntl.h>
@@ -65,7 +66,10 @@ static long long spin_deadline_after(long long ns)
 	if (ncpu < 2)
 		return 0;
 	now = spin_now();
-	return cores_oversubscribed(now, ncpu) ? 0 : now + ns;
+	if (cores_oversubscribed(now, ncpu))
+		return 0;
+	deferred_run();                 /* in time we would spend spinning */
+	return spin_now() + ns;
 }
 
 long long spin_deadline(void)

@@ -273,4 +273,6 @@ void stats_reset(struct stats_totals *tot)
 	atomic_store(&tot->bells_sent, 0);
 	atomic_store(&tot->bells_skipped, 0);
 	atomic_store(&tot->inbox_handshakes, 0);
+	atomic_store(&tot->peer_regions_mapped, 0);
+	atomic_store(&tot->peer_regions_kept, 0);
 }

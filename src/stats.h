@@ -64,6 +64,9 @@ struct stats_totals {
 	_Atomic uint64_t bells_sent, bells_skipped;
 	/* accelerated connections whose handshake was one offer to an inbox (inbox.h) */
 	_Atomic uint64_t inbox_handshakes;
+	/* servers: a client's region mapped anew, or found still mapped from
+	 * an earlier connection with the same client */
+	_Atomic uint64_t peer_regions_mapped, peer_regions_kept;
 };
 
 /* Map the totals file, creating it if needed.  NULL on failure. */

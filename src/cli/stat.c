@@ -133,6 +133,7 @@ int cmd_stats(int argc, char **argv)
 		       "\"rx_bytes\": %llu, \"closed\": %llu, \"regions_created\": %llu, "
 		       "\"regions_reused\": %llu, \"doorbells_sent\": %llu, "
 		       "\"doorbells_skipped\": %llu, \"inbox_handshakes\": %llu, "
+		       "\"peer_regions_mapped\": %llu, \"peer_regions_kept\": %llu, "
 		       "\"fallback_by_reason\": {",
 		       c.dir, (long long)t->reset,
 		       (unsigned long long)(t->accelerated[1] + t->accelerated[2]),
@@ -142,7 +143,9 @@ int cmd_stats(int argc, char **argv)
 		       (unsigned long long)t->conns_closed,
 		       (unsigned long long)t->regions_created, (unsigned long long)t->regions_reused,
 		       (unsigned long long)t->bells_sent, (unsigned long long)t->bells_skipped,
-		       (unsigned long long)t->inbox_handshakes);
+		       (unsigned long long)t->inbox_handshakes,
+		       (unsigned long long)t->peer_regions_mapped,
+		       (unsigned long long)t->peer_regions_kept);
 		for (int r = 1, n = 0; r < R_COUNT; r++)
 			printf("%s\"%s\": %llu", n++ ? ", " : "", reason_id(r),
 			       (unsigned long long)t->fallback[r]);
@@ -164,6 +167,8 @@ int cmd_stats(int argc, char **argv)
 	printf("bytes received through shm  %llu\n", (unsigned long long)t->rx_bytes);
 	printf("ring regions created        %llu, reused %llu\n",
 	       (unsigned long long)t->regions_created, (unsigned long long)t->regions_reused);
+	printf("clients' regions mapped     %llu, still mapped from before %llu\n",
+	       (unsigned long long)t->peer_regions_mapped, (unsigned long long)t->peer_regions_kept);
 	printf("doorbells rung              %llu, skipped for a watching reader %llu\n",
 	       (unsigned long long)t->bells_sent, (unsigned long long)t->bells_skipped);
 	printf("handshakes through an inbox %llu (one message; the rest used a rendezvous)\n",
