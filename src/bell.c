@@ -122,7 +122,7 @@ void bell_wake_sleeper(struct conn *c)
  * restart only if every handler installed has it; otherwise the read fails
  * with EINTR as it would have for that signal.
  */
-static int handlers_restart(void)
+int bell_signals_restart(void)
 {
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
@@ -158,7 +158,7 @@ int bell_sleep(struct conn *c, int fd, uint32_t seq)
 		if (sys_futex_wait(&c->tx->wake_seq, seq, &t) == 0 ||
 		    errno == EAGAIN)
 			return 0;                       /* woken, or the word moved on */
-		if (errno == EINTR && !handlers_restart())
+		if (errno == EINTR && !bell_signals_restart())
 			return -EINTR;
 		if (errno != EINTR && errno != ETIMEDOUT)
 			return 0;

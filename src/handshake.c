@@ -671,7 +671,7 @@ static void pending_fall_back(int fd, struct conn *c, int reason)
 	    (unsigned long long)done);
 }
 
-void hs_resolve(int fd, struct conn *c)
+void hs_resolve(int fd, struct conn *c, size_t reading)
 {
 	int open = PENDING_OPEN;
 	uint32_t w;
@@ -682,7 +682,16 @@ void hs_resolve(int fd, struct conn *c)
 			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
 		return;
 	}
-	w = offer_wait(region_up(c->region), c->pending_until_ms);
+	if (reading) {
+		int interrupted;
+		w = offer_wait_reading(region_up(c->region),
+		                       reading < c->rx_size ? (uint32_t)reading : c->rx_size,
+		                       c->pending_until_ms, &interrupted);
+		if (interrupted && w == OFFER_TAKEN)
+			rx_note_interrupted();  /* for the read in the ring that follows */
+	} else {
+		w = offer_wait(region_up(c->region), c->pending_until_ms);
+	}
 	sh_lock(&c->sh->tx_lock);       /* no pending write is half done */
 	if (w == OFFER_TAKEN)
 		pending_take(fd, c);
@@ -700,14 +709,14 @@ void hs_resolve_fd(int fd)
 	if (!(fd_flags(fd) & FDF_PENDING) || !(c = conn_get(fd)))
 		return;
 	if (atomic_load(&c->pending) != PENDING_NONE)
-		hs_resolve(fd, c);
+		hs_resolve(fd, c, 0);
 	conn_put(c);
 }
 
 static void resolve_one(int fd, struct conn *c, void *arg)
 {
 	if (atomic_load(&c->pending) != PENDING_NONE)
-		hs_resolve(fd, c);
+		hs_resolve(fd, c, 0);
 }
 
 /* A child must not inherit an undecided connection: decide them all first. */

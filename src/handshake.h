@@ -19,9 +19,11 @@ void hs_listener_closed(int fd);
 struct conn;
 /*
  * A connection whose offer is still undecided (handshake.c, "pending"):
- * decide it now, waiting at most until the handshake timeout.
+ * decide it now, waiting at most until the handshake timeout.  @reading:
+ * the caller is a blocking read of that many bytes, which would wait for
+ * the server's answer next anyway (offer_wait_reading); 0 otherwise.
  */
-void hs_resolve(int fd, struct conn *c);
+void hs_resolve(int fd, struct conn *c, size_t reading);
 /* The same for whatever @fd names, if it is pending. */
 void hs_resolve_fd(int fd);
 /* In a fork child: the inherited listeners are now shared (see handshake.c). */

@@ -17,6 +17,7 @@
 #include "config.h"
 #include "conn.h"
 #include "forkguard.h"
+#include "io.h"
 #include "spin.h"
 #include "sys.h"
 
@@ -177,7 +178,7 @@ int offer_decide(struct ring_hdr *up, uint32_t state)
 	uint32_t w = atomic_load_explicit(&up->offer, memory_order_acquire);
 
 	for (;;) {
-		if (w != OFFER_OPEN && w != OFFER_OPEN_SLEEP)
+		if (w != OFFER_OPEN && w != OFFER_OPEN_SLEEP && w != OFFER_OPEN_READING)
 			return -1;
 		if (atomic_compare_exchange_weak_explicit(&up->offer, &w, state,
 		                                          memory_order_acq_rel,
@@ -186,6 +187,8 @@ int offer_decide(struct ring_hdr *up, uint32_t state)
 	}
 	if (w == OFFER_OPEN_SLEEP)
 		sys_futex_wake(&up->offer);
+	else if (w == OFFER_OPEN_READING && state != OFFER_TAKEN)
+		bell_wake_word(&up->wake_seq);  /* nothing else will wake that read */
 	return 0;
 }
 
@@ -271,13 +274,20 @@ uint32_t offer_withdraw(struct ring_hdr *up)
 	return decided(w) ? w : OFFER_WITHDRAWN;
 }
 
+/* The spin all waits start with; 1 with *@w set if the server decided meanwhile. */
+static int offer_spin(struct ring_hdr *up, long deadline_ms, uint32_t *w)
+{
+	return deadline_ms > mono_now_ms() && spin_for_word(&up->offer, OFFER_OPEN, OFFER_SPIN_NS) &&
+	       decided(*w = atomic_load_explicit(&up->offer, memory_order_acquire));
+}
+
 uint32_t offer_wait(struct ring_hdr *up, long deadline_ms)
 {
 	uint32_t w = OFFER_OPEN;
 
-	if (deadline_ms > mono_now_ms() && spin_for_word(&up->offer, OFFER_OPEN, OFFER_SPIN_NS) &&
-	    decided(w = atomic_load_explicit(&up->offer, memory_order_acquire)))
+	if (offer_spin(up, deadline_ms, &w))
 		return w;
+	w = OFFER_OPEN;
 	if (!atomic_compare_exchange_strong(&up->offer, &w, OFFER_OPEN_SLEEP) && decided(w))
 		return w;
 	for (;;) {
@@ -297,4 +307,42 @@ uint32_t offer_wait(struct ring_hdr *up, long deadline_ms)
 			nanosleep(&ms, NULL);
 		}
 	}
+}
+
+uint32_t offer_wait_reading(struct ring_hdr *up, uint32_t take, long deadline_ms,
+                            int *interrupted)
+{
+	uint32_t w = OFFER_OPEN;
+
+	*interrupted = 0;
+	if (offer_spin(up, deadline_ms, &w))
+		return w;
+	/* the promise first: a server that sees READING sees it too (rx.c) */
+	atomic_store_explicit(&up->futex_take, take ? take : 1, memory_order_seq_cst);
+	w = OFFER_OPEN;
+	if (!atomic_compare_exchange_strong(&up->offer, &w, OFFER_OPEN_READING)) {
+		atomic_store_explicit(&up->futex_take, 0, memory_order_seq_cst);
+		return decided(w) ? w : offer_wait(up, deadline_ms);
+	}
+	for (;;) {
+		uint32_t seq = atomic_load_explicit(&up->wake_seq, memory_order_seq_cst);
+		long left = deadline_ms - mono_now_ms();
+		struct timespec t = { .tv_sec = left / 1000, .tv_nsec = (left % 1000) * 1000000L };
+
+		w = atomic_load_explicit(&up->offer, memory_order_acquire);
+		if (decided(w) || left <= 0 || w != OFFER_OPEN_READING)
+			break;
+		if (sys_futex_wait(&up->wake_seq, seq, &t) < 0 && errno == EINTR &&
+		    !bell_signals_restart()) {
+			/* the read must fail with EINTR: wait for the decision alone */
+			*interrupted = 1;
+			atomic_compare_exchange_strong(&up->offer, &w, OFFER_OPEN);
+			break;
+		}
+	}
+	atomic_store_explicit(&up->futex_take, 0, memory_order_seq_cst);
+	if (decided(w) || *interrupted)
+		return decided(w) ? w : offer_wait(up, deadline_ms);
+	/* the deadline, or a word that is neither ours nor a decision (hostile) */
+	return w == OFFER_OPEN_READING ? offer_withdraw(up) : offer_wait(up, deadline_ms);
 }

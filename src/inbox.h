@@ -40,6 +40,11 @@
 #define OFFER_TAKEN      3u
 #define OFFER_WITHDRAWN  4u
 #define OFFER_DECLINED   5u     /* | reason << 8 */
+/*
+ * Still open, and the client sleeps in a read, on its ring's wake_seq: a
+ * server that takes the offer need not wake it, the answer it writes will.
+ */
+#define OFFER_OPEN_READING 6u
 
 #define OFFER_STATE(w)   ((w) & 0xffu)
 #define OFFER_REASON(w)  ((int)((w) >> 8))
@@ -79,6 +84,16 @@ int inbox_send(const struct listener_info *li, const union clc_msg *m,
  * reason, or OFFER_WITHDRAWN.
  */
 uint32_t offer_wait(struct ring_hdr *up, long deadline_ms);
+/*
+ * The same for a client blocked in a read: after the spin it sleeps until
+ * the server's first bytes (or a decline, or a close) rather than until the
+ * decision, so a loaded machine wakes it once per connection, not twice.
+ * @take is what the read would take, as rx.c's futex_take promise.
+ * *@interrupted: a signal whose handler does not restart reads came (the
+ * decision is then waited for without it).
+ */
+uint32_t offer_wait_reading(struct ring_hdr *up, uint32_t take, long deadline_ms,
+                            int *interrupted);
 /* Give up on the offer now; returns the decision if the server was first. */
 uint32_t offer_withdraw(struct ring_hdr *up);
 

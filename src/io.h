@@ -41,6 +41,8 @@ void bell_wake_word(_Atomic uint32_t *word);
  */
 #define BELL_SLEEP_ON 2
 int bell_sleep(struct conn *c, int fd, uint32_t seq);
+/* Does every installed signal handler have SA_RESTART (a read goes on)? */
+int bell_signals_restart(void);
 /* SH_PEER_GONE and/or SH_PEER_SHUT as the doorbell socket reports them now. */
 uint32_t peer_hangup_flags(int fd);
 
@@ -58,6 +60,11 @@ uint32_t tx_unacked(struct conn *c);
 
 /* rx.c */
 ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);
+/*
+ * A signal interrupted this thread's wait for the handshake's decision
+ * (hs_resolve, for a read): the read fails with EINTR where it would wait.
+ */
+void rx_note_interrupted(void);
 uint32_t rx_available(struct conn *c);
 /*
  * Unread bytes in the ring right now, without the lock: a hint for readiness

@@ -53,21 +53,34 @@
 
 static unsigned fork_generation;
 
-/* The accelerated connection behind @fd, referenced; NULL for anything else. */
-static struct conn *shm_conn(int fd)
+/*
+ * The accelerated connection behind @fd, referenced; NULL for anything
+ * else.  A receiving call passes what it would read (@n, @flags): a blocking
+ * read of a pending connection waits for the answer, not just the decision
+ * (hs_resolve).
+ */
+static struct conn *shm_conn_reading(int fd, size_t n, int flags)
 {
 	struct conn *c;
 
 	if (!smclo_active || !fd_has_conn(fd))
 		return NULL;
 	c = conn_get(fd);
-	if (c && atomic_load_explicit(&c->pending, memory_order_relaxed) != PENDING_NONE)
-		hs_resolve(fd, c);      /* every call but a small write needs the decision */
+	if (c && atomic_load_explicit(&c->pending, memory_order_relaxed) != PENDING_NONE) {
+		int blocking = !(flags & (MSG_DONTWAIT | MSG_PEEK)) && !atomic_load(&c->sh->nonblock);
+		/* every call but a small write needs the decision */
+		hs_resolve(fd, c, blocking ? n : 0);
+	}
 	if (c && c->mode != MODE_SHM) {
 		conn_put(c);
 		return NULL;
 	}
 	return c;
+}
+
+static struct conn *shm_conn(int fd)
+{
+	return shm_conn_reading(fd, 0, 0);
 }
 
 /* ---- process lifecycle -------------------------------------------------- */
@@ -256,7 +269,7 @@ static ssize_t recv_iov(struct conn *c, int fd, const struct iovec *iov, int n, 
 EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
 	REAL(read);
-	struct conn *c = shm_conn(fd);
+	struct conn *c = shm_conn_reading(fd, n, 0);
 	struct iovec iov = { buf, n };
 
 	return c ? recv_iov(c, fd, &iov, 1, 0) : real_read(fd, buf, n);
@@ -265,7 +278,7 @@ EXPORT ssize_t read(int fd, void *buf, size_t n)
 EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 {
 	REAL(__read_chk);
-	struct conn *c = shm_conn(fd);
+	struct conn *c = shm_conn_reading(fd, n, 0);
 	struct iovec iov = { buf, n };
 
 	if (c && n <= buflen)
@@ -286,7 +299,7 @@ EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 {
 	REAL(recv);
-	struct conn *c = shm_conn(fd);
+	struct conn *c = shm_conn_reading(fd, n, flags);
 	struct iovec iov = { buf, n };
 
 	return c ? recv_iov(c, fd, &iov, 1, flags) : real_recv(fd, buf, n, flags);
@@ -295,7 +308,7 @@ EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
 {
 	REAL(__recv_chk);
-	struct conn *c = shm_conn(fd);
+	struct conn *c = shm_conn_reading(fd, n, flags);
 	struct iovec iov = { buf, n };
 
 	if (c && n <= buflen)
@@ -309,7 +322,7 @@ EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr 
                         socklen_t *len)
 {
 	REAL(recvfrom);
-	struct conn *c = shm_conn(fd);
+	struct conn *c = shm_conn_reading(fd, n, flags);
 	struct iovec iov = { buf, n };
 
 	if (!c)
@@ -323,7 +336,7 @@ EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int fl
                               struct sockaddr *sa, socklen_t *len)
 {
 	REAL(__recvfrom_chk);
-	struct conn *c = shm_conn(fd);
+	struct conn *c = shm_conn_reading(fd, n, flags);
 	struct iovec iov = { buf, n };
 
 	if (c && n <= buflen) {

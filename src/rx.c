@@ -222,6 +222,13 @@ socket_wait:
 	return 0;
 }
 
+static _Thread_local int interrupted;
+
+void rx_note_interrupted(void)
+{
+	interrupted = 1;
+}
+
 ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct conn_shared *sh = c->sh;
@@ -279,7 +286,7 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 		if (rx_peer_prod(c, &prod) == 0 && prod != sh->cons)
 			continue;
 		bell_drain(c, fd, 0);
-		end = rx_wait(c, fd, dontwait, peek ? 0 : total - got);
+		end = interrupted && !dontwait ? -EINTR : rx_wait(c, fd, dontwait, peek ? 0 : total - got);
 		if (end == 0 && ++idle_loops > 100000) {
 			conn_mark_broken(c);    /* doorbells that never match: hostile */
 			end = -ECONNRESET;
@@ -291,6 +298,7 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 		}
 	}
 	sh_unlock(&sh->rx_lock);
+	interrupted = 0;
 	if (got == 0 && err) {
 		if (err != EAGAIN)
 			DBG("recv fd %d: %s", fd, strerror(err));
