@@ -11,6 +11,7 @@
 
 #include "deferred.h"
 #include "inbox.h"
+#include "region.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -55,13 +56,15 @@ static void close_hidden_tcp(struct conn *c, int last)
 }
 
 /*
- * The peer hung up without publishing CLOSED: it crashed, and its memory is
- * not worth keeping for a next connection (region_put).  One poll, only
- * when we close first or the peer died.
+ * A server's question: did the client hang up without publishing CLOSED?
+ * Then it crashed, and its region is not worth keeping mapped for a next
+ * connection (region_put).  One poll, only when we close first or the
+ * client died.
  */
 static int peer_crashed(struct conn *c, int fd)
 {
-	if (atomic_load_explicit(&c->rx->flags, memory_order_acquire) & RING_F_CLOSED)
+	if (region_mine(c->region) ||
+	    atomic_load_explicit(&c->rx->flags, memory_order_acquire) & RING_F_CLOSED)
 		return 0;
 	return (peer_hangup_flags(fd) & SH_PEER_GONE) != 0;
 }

@@ -52,6 +52,11 @@ static size_t layout_len(uint32_t up, uint32_t down)
 	return ring_region_len(up) + ring_region_len(down);
 }
 
+int region_mine(const struct region *r)
+{
+	return r->mine;
+}
+
 struct ring_hdr *region_up(struct region *r)
 {
 	return (struct ring_hdr *)r->base;

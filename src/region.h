@@ -37,6 +37,9 @@ struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner);
  */
 void region_put(struct region *r, int reusable);
 
+/* Did this process create @r (the client's side)? */
+int region_mine(const struct region *r);
+
 struct ring_hdr *region_up(struct region *r);
 struct ring_hdr *region_down(struct region *r);
 
