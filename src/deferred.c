@@ -45,12 +45,12 @@ void deferred_close(int fd)
 		sys_close(fd);
 }
 
-void deferred_run(void)
+int deferred_run(void)
 {
 	int fds[DEFERRED_MAX], n;
 
 	if (!atomic_load_explicit(&npending, memory_order_relaxed))
-		return;
+		return 0;
 	lock_take();
 	n = npending;
 	for (int i = 0; i < n; i++)
@@ -59,6 +59,7 @@ void deferred_run(void)
 	lock_drop();
 	for (int i = 0; i < n; i++)
 		sys_close(fds[i]);
+	return n;
 }
 
 void deferred_after_fork(void)

@@ -16,8 +16,9 @@
 /* Close @fd (a descriptor of ours the application never sees) later. */
 void deferred_close(int fd);
 
-/* Do what was deferred; called where a thread is about to spin. */
-void deferred_run(void);
+/* Do what was deferred; called where a thread is about to spin.  Returns
+ * how many descriptors it closed. */
+int deferred_run(void);
 
 /* In a forked child: close the inherited copies now, the parent owns them. */
 void deferred_after_fork(void);

@@ -68,8 +68,9 @@ static long long spin_deadline_after(long long ns)
 	now = spin_now();
 	if (cores_oversubscribed(now, ncpu))
 		return 0;
-	deferred_run();                 /* in time we would spend spinning */
-	return spin_now() + ns;
+	if (deferred_run())             /* in time we would spend spinning */
+		now = spin_now();
+	return now + ns;
 }
 
 long long spin_deadline(void)

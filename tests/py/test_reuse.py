@@ -40,3 +40,60 @@ def test_server_closing_first_keeps_the_clients_region(reg, procs):
     assert conns >= 100 and st["fallback"] == 0, st
     assert st["peer_regions_mapped"] + st["peer_regions_kept"] == conns, st
     assert st["peer_regions_mapped"] <= 8, st
+
+
+# Sequential connections to an echo server, then a count of this process's
+# TCP sockets (the hidden ones of closed connections, deferred.c), here and
+# in a forked child.
+DEFERRED_CLOSES = r"""
+import os, socket, sys
+
+def tcp_inodes():
+    inodes = set()
+    for name in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(name) as f:
+            next(f)
+            inodes.update(line.split()[9] for line in f)
+    return inodes
+
+def my_tcp_sockets():
+    tcp, n = tcp_inodes(), 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink("/proc/self/fd/" + fd)
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link[8:-1] in tcp:
+            n += 1
+    return n
+
+for _ in range(int(sys.argv[2])):
+    c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+    c.sendall(b"x" * 100)
+    got = b""
+    while len(got) < 100:
+        got += c.recv(100)
+    c.close()
+print("parent", my_tcp_sockets(), flush=True)
+pid = os.fork()
+if pid == 0:
+    print("child", my_tcp_sockets(), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_hidden_tcp_closes_are_deferred_bounded_and_not_inherited(reg, procs):
+    """Every connection here is closed; what TCP sockets the client still
+    has are hidden ones whose close waits for its next spin (deferred.c):
+    at least the last one, at most the 16 the queue holds.  A forked child
+    closes its copies at once."""
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], env=reg.env)
+    wait_port(port, proc=srv)
+    r = reg.run([PY, "-c", DEFERRED_CLOSES, str(port), "40"], timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    counts = dict(line.split() for line in r.stdout.splitlines())
+    assert 1 <= int(counts["parent"]) <= 16, counts
+    assert counts["child"] == "0", counts
+    assert reg.stats()["accelerated_client"] == 40
