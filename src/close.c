@@ -11,6 +11,7 @@
 
 #include "deferred.h"
 #include "inbox.h"
+#include "payoff.h"
 #include "region.h"
 #include "sys.h"
 
@@ -69,6 +70,18 @@ static int peer_crashed(struct conn *c, int fd)
 	return (peer_hangup_flags(fd) & SH_PEER_GONE) != 0;
 }
 
+/* A client tells payoff.c how much this connection carried. */
+static void record_payoff(struct conn *c)
+{
+	uint64_t bytes = 0;
+
+	if (!region_mine(c->region))
+		return;
+	if (c->slot)
+		bytes = atomic_load(&c->slot->tx_bytes) + atomic_load(&c->slot->rx_bytes);
+	payoff_record(&c->peer, atomic_load_explicit(&c->calls, memory_order_relaxed), bytes);
+}
+
 /* The last descriptor of this process for @c (@fd) is going away. */
 static void conn_leave_process(struct conn *c, int fd)
 {
@@ -76,8 +89,10 @@ static void conn_leave_process(struct conn *c, int fd)
 
 	if (c->mode == MODE_SHM) {
 		last = atomic_fetch_sub(&c->sh->holders, 1) == 1;
-		if (last)
+		if (last) {
 			publish_close(c);
+			record_payoff(c);
+		}
 		c->reusable = last && !peer_crashed(c, fd);
 		close_hidden_tcp(c, last);
 	}

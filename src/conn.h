@@ -68,6 +68,7 @@ struct conn {
 	struct stat_slot *slot;
 	struct ep local, peer;
 	int watch_regs;                 /* epoll registrations watch.c tracks for it */
+	_Atomic uint32_t calls;         /* reads and writes that moved data (payoff.h) */
 	/*
 	 * A client connection whose inbox offer is not decided yet (handshake.c,
 	 * "pending"): the descriptor is still the TCP socket, writes that fit go
@@ -77,6 +78,13 @@ struct conn {
 	int bell_fd;                    /* pending: our end of the socket pair */
 	long pending_until_ms;          /* pending: when the client withdraws */
 };
+
+/* One more read or write moved data: a lossy count, no locked instruction. */
+static inline void conn_count_call(struct conn *c)
+{
+	atomic_store_explicit(&c->calls, atomic_load_explicit(&c->calls, memory_order_relaxed) + 1,
+	                      memory_order_relaxed);
+}
 
 #define PENDING_NONE      0
 #define PENDING_OPEN      1

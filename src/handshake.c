@@ -48,6 +48,7 @@
 #include "inbox.h"
 #include "io.h"
 #include "log.h"
+#include "payoff.h"
 #include "region.h"
 #include "registry.h"
 #include "sockopt.h"
@@ -217,14 +218,15 @@ static int proof_ok(const struct ep *local, const struct ep *peer, uint64_t netn
 
 /* ---- connection objects ------------------------------------------------- */
 
+/* A connection left on TCP: listed with its reason; SO_DOMAIN and the
+ * rest are the real socket's own, so nothing else is looked up. */
 static struct conn *conn_tcp(int fd, int role, int reason, const struct ep *l,
-                             const struct ep *p, int domain)
+                             const struct ep *p)
 {
 	struct conn *c = conn_alloc(MODE_TCP);
 
 	if (!c)
 		return NULL;
-	c->domain = domain;
 	c->local = *l;
 	c->peer = *p;
 	c->slot = stats_slot_alloc(stats_table(registry_fd, NULL, 0), fd, role);
@@ -407,11 +409,16 @@ static void client_restore_reuse(struct client *cl)
 
 static int client_rendezvous_open(struct client *cl)
 {
+	int e;
+
 	registry_rendezvous_key(cl->key, sizeof(cl->key), &cl->dst, cl->src.port);
+	registry_rendezvous_count(registry_fd, 1);      /* before the SYN: servers look */
 	cl->rendezvous = registry_rendezvous_bind(registry_fd, cl->key);
 	if (cl->rendezvous >= 0)
 		return R_NONE;
-	return errno == EADDRINUSE ? R_TUPLE_BUSY : R_NO_REGISTRY;
+	e = errno;
+	registry_rendezvous_count(registry_fd, -1);
+	return e == EADDRINUSE ? R_TUPLE_BUSY : R_NO_REGISTRY;
 }
 
 /* Anything still queued (a late ACCEPT) goes with the socket: see top of file. */
@@ -422,6 +429,7 @@ static void client_rendezvous_close(struct client *cl)
 	registry_rendezvous_remove(registry_fd, cl->key);
 	sys_close(cl->rendezvous);
 	cl->rendezvous = -1;
+	registry_rendezvous_count(registry_fd, -1);
 }
 
 /* The TCP connect itself; for a non-blocking socket wait (bounded) for it. */
@@ -527,7 +535,7 @@ static int client_fallback(struct client *cl, int reason)
 	if (cl->src.port == 0)
 		ep_of_socket(cl->fd, 0, &cl->src);
 	DBG("connect fd %d: tcp (%s)", cl->fd, reason_text(reason));
-	conn_tcp(cl->fd, ROLE_CLIENT, reason, &cl->src, &peer, domain_of(cl->fd));
+	conn_tcp(cl->fd, ROLE_CLIENT, reason, &cl->src, &peer);
 	return 0;
 }
 
@@ -782,6 +790,11 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 
 	if (ep_from_sockaddr(&cl.dst, sa, len) < 0)
 		return sys_connect(fd, sa, len);
+	if (!payoff_worth_offering(&cl.dst)) {
+		/* counted, not listed: it would be gone before anyone looked */
+		stats_slot_decide(totals, NULL, MODE_TCP, R_SHORT_LIVED);
+		return sys_connect(fd, sa, len);
+	}
 	reason = client_precheck(&cl);
 	if (reason == R_NONE && cl.listener.exclusive) {
 		int rc;
@@ -950,7 +963,7 @@ static int server_wait_confirm(struct server *sv, struct shm_parts *p)
 static int server_fallback(struct server *sv, int reason)
 {
 	DBG("accept fd %d: tcp (%s)", sv->fd, reason_text(reason));
-	conn_tcp(sv->fd, ROLE_SERVER, reason, &sv->local, &sv->peer, domain_of(sv->fd));
+	conn_tcp(sv->fd, ROLE_SERVER, reason, &sv->local, &sv->peer);
 	return sv->fd;
 }
 
@@ -1089,6 +1102,8 @@ int hs_accept(int lfd, int fd, int flags)
 		if (inbox_take(&sv.local, &sv.peer, &m, fds) == 0)
 			return server_take_offer(&sv, &m, fds);
 	}
+	if (!registry_rendezvous_any(registry_fd))
+		return server_fallback(&sv, R_PEER_NO_SMCLO);   /* no client waits under p/ */
 	registry_rendezvous_key(sv.key, sizeof(sv.key), &sv.local, sv.peer.port);
 	sv.rendezvous = registry_rendezvous_open(registry_fd, sv.key, &owner);
 	if (sv.rendezvous < 0)

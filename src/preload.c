@@ -926,7 +926,8 @@ static void reset_inheritable(int fd, struct conn *c, void *arg)
 {
 	int fl = sys_fcntl(fd, F_GETFD, 0);
 
-	if (fl >= 0 && !(fl & FD_CLOEXEC))
+	/* a connection left on TCP is the real socket: the new program may use it */
+	if (c->mode == MODE_SHM && fl >= 0 && !(fl & FD_CLOEXEC))
 		conn_reset_for_exec(fd, c);
 }
 

@@ -25,6 +25,7 @@ enum smclo_reason {
 	R_NO_PORT,             /* no ephemeral port could be reserved for the rendezvous */
 	R_NO_REGISTRY,         /* the registry directory is unusable */
 	R_CROSS_NETNS_OFF,     /* peer in another namespace and SMCLO_CROSS_NETNS=0 */
+	R_SHORT_LIVED,         /* short connections to this peer, CPUs oversubscribed (payoff.h) */
 	R_COUNT
 };
 

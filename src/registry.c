@@ -10,9 +10,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -372,6 +374,60 @@ static int socket_bind(int dirfd, const char *sub, const char *key)
 		return -1;
 	}
 	return fd;
+}
+
+/*
+ * The registry's shared counters: one page, zero when new, so whoever
+ * creates it needs no initialisation step (and no lock): growing an empty
+ * file to a page twice is harmless.  The layout is versioned by the name.
+ */
+struct registry_state {
+	_Atomic int64_t rendezvous_bound;
+};
+
+static struct registry_state *state_map(int dirfd)
+{
+	static struct registry_state *_Atomic mapped;
+	struct registry_state *st = atomic_load(&mapped);
+	struct stat sb;
+	void *p;
+	int fd;
+
+	if (st)
+		return st;
+	fd = openat(dirfd, "state1", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, file_mode);
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) ||
+	    (sb.st_size < 4096 && ftruncate(fd, 4096) < 0)) {
+		sys_close(fd);
+		return NULL;
+	}
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	sys_close(fd);
+	if (p == MAP_FAILED)
+		return NULL;
+	st = NULL;
+	if (!atomic_compare_exchange_strong(&mapped, &st, (struct registry_state *)p)) {
+		munmap(p, 4096);        /* another thread was first */
+		return st;
+	}
+	return p;
+}
+
+void registry_rendezvous_count(int dirfd, int delta)
+{
+	struct registry_state *st = state_map(dirfd);
+
+	if (st)
+		atomic_fetch_add(&st->rendezvous_bound, delta);
+}
+
+int registry_rendezvous_any(int dirfd)
+{
+	struct registry_state *st = state_map(dirfd);
+
+	return !st || atomic_load(&st->rendezvous_bound) != 0;
 }
 
 int registry_rendezvous_bind(int dirfd, const char *key)

@@ -8,6 +8,7 @@
  *   p/<dstport>-<srcport>-<dstip>                a client's rendezvous socket
  *   c/<pid>.<rand>                                a process's connection table
  *   stats                                         totals since creation/reset
+ *   state1                                        shared counters (rendezvous bound)
  *
  * Liveness is an open-file-description lock held by the owner: it is
  * inherited over fork, released by the kernel when the last holder exits,
@@ -85,6 +86,16 @@ int registry_rendezvous_open(int dirfd, const char *key, uid_t *owner);
 /* sendmsg() @mh to the socket @pathfd names, through the unbound datagram socket @sock. */
 ssize_t registry_rendezvous_send(int pathfd, int sock, struct msghdr *mh);
 void registry_rendezvous_remove(int dirfd, const char *key);
+/*
+ * How many clients have a rendezvous bound, kept in the registry's shared
+ * `state1` page: a client counts itself in before it binds and out after it
+ * removed the socket, before its SYN and after its decision, so a server
+ * that sees zero after accept() knows nobody waits under p/ for it and skips
+ * the lookup.  A client that crashed in between leaves the count above zero,
+ * which only costs servers the lookup they would have made anyway.
+ */
+void registry_rendezvous_count(int dirfd, int delta);
+int registry_rendezvous_any(int dirfd);
 
 /*
  * Inboxes (inbox.h): a listening process binds i/<name>; a client connects a

@@ -266,6 +266,7 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 			got += n;
 			if (!peek) {
 				sh->cons += n;
+				conn_count_call(c);
 				if (c->slot)
 					atomic_fetch_add_explicit(&c->slot->rx_bytes, n,
 					                          memory_order_relaxed);

@@ -56,13 +56,25 @@ static int cores_oversubscribed(long long now, int ncpu)
 	return atomic_load(&busy);
 }
 
-static long long spin_deadline_after(long long ns)
+static int cpus_online(void)
 {
 	static int ncpu;
-	long long now;
 
 	if (!ncpu)
 		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	return ncpu;
+}
+
+int cores_busy(void)
+{
+	return cores_oversubscribed(spin_now(), cpus_online());
+}
+
+static long long spin_deadline_after(long long ns)
+{
+	int ncpu = cpus_online();
+	long long now;
+
 	if (ncpu < 2)
 		return 0;
 	now = spin_now();

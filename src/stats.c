@@ -47,7 +47,7 @@ struct stats_totals *stats_totals_map(int dirfd)
 			t = map_file(fd, sizeof(*t));
 			if (t) {
 				t->magic = STATS_MAGIC;
-				t->version = 1;
+				t->version = STATS_VERSION;
 				t->created = time(NULL);
 				t->reset = t->created;
 				munmap(t, sizeof(*t));
@@ -58,7 +58,8 @@ struct stats_totals *stats_totals_map(int dirfd)
 	}
 	t = map_file(fd, sizeof(*t));
 	close(fd);
-	if (t && t->magic != STATS_MAGIC) {
+	/* a file another smclo version laid out differently is not ours to read */
+	if (t && (t->magic != STATS_MAGIC || t->version != STATS_VERSION)) {
 		munmap(t, sizeof(*t));
 		return NULL;
 	}

@@ -21,6 +21,8 @@
 #define STATS_MAGIC   0x54534d53u
 #define TABLE_MAGIC   0x42544d53u
 #define TABLE_SLOTS   4096
+#define STATS_VERSION 2
+#define STATS_REASONS 32    /* room for new reasons without moving the fields after */
 
 enum conn_mode { MODE_PENDING = 0, MODE_SHM = 1, MODE_TCP = 2 };
 enum conn_role { ROLE_CLIENT = 1, ROLE_SERVER = 2 };
@@ -53,7 +55,7 @@ struct stats_totals {
 	int64_t created;
 	_Atomic int64_t reset;
 	_Atomic uint64_t accelerated[3];      /* by role: [1] client, [2] server */
-	_Atomic uint64_t fallback[R_COUNT];
+	_Atomic uint64_t fallback[STATS_REASONS];
 	_Atomic uint64_t handshake_errors;
 	_Atomic uint64_t tx_bytes, rx_bytes;
 	_Atomic uint64_t conns_closed;
@@ -68,6 +70,8 @@ struct stats_totals {
 	 * an earlier connection with the same client */
 	_Atomic uint64_t peer_regions_mapped, peer_regions_kept;
 };
+
+_Static_assert(R_COUNT <= STATS_REASONS, "stats_totals.fallback has no room for every reason");
 
 /* Map the totals file, creating it if needed.  NULL on failure. */
 struct stats_totals *stats_totals_map(int dirfd);

@@ -102,6 +102,7 @@ static void tx_publish(struct conn *c, int fd, uint32_t n)
 
 	sh->prod += n;
 	atomic_store_explicit(&c->tx->prod, sh->prod, memory_order_seq_cst);
+	conn_count_call(c);
 	if (c->slot) {
 		atomic_fetch_add_explicit(&c->slot->tx_bytes, n, memory_order_relaxed);
 		c->slot->tx_fill = (uint32_t)(sh->prod - sh->peer_cons_seen);

@@ -28,7 +28,8 @@ static int open_registry(struct smclo_config *c, int *dirfd, struct stats_totals
 		return usage_error("%s", err);
 	*tot = stats_totals_map(*dirfd);
 	if (!*tot)
-		return usage_error("registry %s: cannot map the stats file", c->dir);
+		return usage_error("registry %s: cannot map the stats file (one written by another "
+		                   "smclo version is not read: remove %s/stats)", c->dir, c->dir);
 	stats_collect_dead(*dirfd, *tot);
 	registry_gc(*dirfd);
 	return 0;

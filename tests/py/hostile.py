@@ -202,9 +202,22 @@ def inbox_client(reg, port, attack):
     print("echo", c.recv(100).decode(), flush=True)
 
 
+def count_rendezvous(reg, delta):
+    """Clients count themselves in state1 before binding a rendezvous
+    (registry.h); servers skip the lookup while the count is zero."""
+    fd = os.open(os.path.join(reg, "state1"), os.O_RDWR | os.O_CREAT, 0o600)
+    if os.fstat(fd).st_size < 4096:
+        os.ftruncate(fd, 4096)
+    with mmap.mmap(fd, 4096) as m:
+        (n,) = struct.unpack_from("<q", m, 0)
+        struct.pack_into("<q", m, 0, n + delta)   # one client: no race to lose
+    os.close(fd)
+
+
 def client(reg, port, attack):
     if attack.startswith("inbox-"):
         return inbox_client(reg, port, attack)
+    count_rendezvous(reg, 1)
     c = socket.socket()
     c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     c.bind(("127.0.0.1", 0))

@@ -122,6 +122,23 @@ def main():
             bad += exchange(c, data) != data
             c.close()
         print("bad", bad, flush=True)
+    elif role in ("short", "chatty"):
+        # a connection per request: one 100-byte round trip ("short"), or ten
+        bad = 0
+        for _ in range(int(sys.argv[4])):
+            c = connect(host, port)
+            for _ in range(1 if role == "short" else 10):
+                data = os.urandom(100)
+                c.sendall(data)
+                got = b""
+                while len(got) < len(data):
+                    d = c.recv(len(data) - len(got))
+                    if not d:
+                        break
+                    got += d
+                bad += got != data
+            c.close()
+        print("bad", bad, flush=True)
 
 
 if __name__ == "__main__":

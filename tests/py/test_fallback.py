@@ -39,6 +39,29 @@ def test_plain_client_smclo_server(reg, procs):
     assert st["fallback_by_reason"]["peer-no-smclo"] == 1, st
 
 
+# An smclo server hands each connection to a program it executes (inetd
+# style); the child echoes one message through the inherited descriptor.
+EXEC_SERVER = r"""
+import socket, subprocess, sys
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", int(sys.argv[1]))); l.listen()
+c, _ = l.accept()
+child = "import socket; s = socket.socket(fileno=%d); s.sendall(s.recv(100))" % c.fileno()
+subprocess.run([sys.executable, "-c", child], pass_fds=(c.fileno(),), check=True)
+"""
+
+
+def test_tcp_connection_survives_exec(reg, procs):
+    """A connection left on TCP is the real socket: a program the server
+    executes gets it intact (only accelerated ones are reset on exec)."""
+    port = free_port()
+    srv = procs.start([PY, "-c", EXEC_SERVER, str(port)], reg.env)
+    wait_port(port, proc=srv)
+    send_and_check(reg, port, nbytes=100, smclo=False)
+    assert srv.wait(timeout=30) == 0, srv.stderr.read()
+    assert reg.stats()["fallback_by_reason"]["peer-no-smclo"] == 1
+
+
 def test_live_connection_listed_with_reason(reg, procs):
     """`smclo stat` shows a fallback connection while it is open, with its reason."""
     port = free_port()

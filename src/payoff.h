@@ -1,0 +1,35 @@
+/*
+ * payoff.h - does accelerating the next connection to this peer pay?
+ *
+ * An accelerated connection costs more CPU to set up than a TCP one (a
+ * socket pair, an offer with three descriptors, the checks on both sides:
+ * about 35 us more for both ends together, docs/performance.md) and saves
+ * CPU on every message it carries.  While a CPU is idle the handshake's
+ * wait is hidden by spinning and the extra CPU comes from idle time; when
+ * more tasks are runnable than there are CPUs, CPU time is what a
+ * connection costs, and one that carries a request and an answer is slower
+ * accelerated than on TCP.
+ *
+ * So a client remembers, per destination, whether its recent connections
+ * there were short (a few calls, little data).  After SHORT_STREAK short
+ * ones in a row, while the CPUs are oversubscribed, the next connections to
+ * it stay on TCP with the reason `short-lived` - except one in PROBE_EVERY,
+ * which is accelerated to learn whether the pattern changed.  The kernel's
+ * SMC does the same under handshake congestion (limit_smc_hs).
+ * SMCLO_SHORT_LIVED=0 accelerates every connection regardless.
+ */
+#ifndef SMCLO_PAYOFF_H
+#define SMCLO_PAYOFF_H
+
+#include "addr.h"
+
+#include <stdint.h>
+
+/* 1: offer to accelerate a connection to @dst; 0: leave it on TCP (short-lived). */
+int payoff_worth_offering(const struct ep *dst);
+
+/* A client's accelerated connection to @dst ended after @calls reads and
+ * writes that moved data, @bytes in both directions. */
+void payoff_record(const struct ep *dst, uint32_t calls, uint64_t bytes);
+
+#endif

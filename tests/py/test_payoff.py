@@ -1,0 +1,59 @@
+"""Short-lived connections stay on TCP while the CPUs are oversubscribed
+(payoff.h): with more busy loops than CPUs, a client whose connections to a
+server each carry one small round trip stops offering after a few, says why
+(`short-lived`), and keeps trying one now and then; connections that carry
+more are accelerated regardless, and SMCLO_SHORT_LIVED=0 accelerates all."""
+import os
+import sys
+
+import pytest
+
+from conftest import PY, free_port, wait_port
+
+PEER = os.path.join(os.path.dirname(__file__), "peer.py")
+
+
+@pytest.fixture
+def busy_cpus(procs):
+    """More runnable busy loops than CPUs (and a margin), for the test's length."""
+    n = (os.cpu_count() or 2) + 3
+    hogs = [procs.start([sys.executable, "-c", "while True: pass"], env=os.environ, smclo=False)
+            for _ in range(n)]
+    yield hogs
+    for h in hogs:
+        procs.stop(h)
+
+
+def run_clients(reg, procs, role, conns, short_lived):
+    """An echo server and a client making @conns connections of kind @role."""
+    env = dict(reg.env, SMCLO_SHORT_LIVED=short_lived)
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo", "127.0.0.1", str(port)], env=env)
+    wait_port(port, proc=srv)
+    r = reg.run([PY, PEER, role, "127.0.0.1", str(port), str(conns)], env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.split() == ["bad", "0"], r.stdout + r.stderr
+    # every connection was decided by the time its echo came back
+    return reg.wait_stats(lambda s: s["accelerated_client"] +
+                          s["fallback_by_reason"].get("short-lived", 0) >= conns)
+
+
+def test_short_connections_stay_on_tcp_while_cpus_are_busy(reg, procs, busy_cpus):
+    st = run_clients(reg, procs, "short", 300, "1")
+    short = st["fallback_by_reason"].get("short-lived", 0)
+    # the first ones are accelerated (they teach the client), most of the rest are not,
+    # and a few of those are tried anyway
+    assert st["accelerated_client"] >= 8, st
+    assert short >= 200, st
+    assert st["accelerated_client"] + short == 300, st
+    # the server cannot tell a client that kept TCP from one without smclo
+    assert st["fallback_by_reason"].get("peer-no-smclo", 0) == short, st
+
+
+def test_connections_that_carry_more_stay_accelerated(reg, procs, busy_cpus):
+    st = run_clients(reg, procs, "chatty", 100, "1")
+    assert st["accelerated_client"] == 100 and st["fallback"] == 0, st
+
+
+def test_short_lived_policy_can_be_turned_off(reg, procs, busy_cpus):
+    st = run_clients(reg, procs, "short", 100, "0")
+    assert st["accelerated_client"] == 100 and st["fallback"] == 0, st
