@@ -24,7 +24,7 @@
 #define SHORT_CALLS    4u
 #define SHORT_BYTES    (16u << 10)
 #define SHORT_STREAK   8u       /* short ones in a row before we believe it */
-#define PROBE_EVERY    64u      /* one connection in this many is tried anyway */
+#define PROBE_EVERY    256u     /* one connection in this many is tried anyway */
 #define DESTS          16
 
 struct dest {

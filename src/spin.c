@@ -22,20 +22,21 @@ long long spin_now(void)
 }
 
 /*
- * Are there more runnable tasks than CPUs?  Then a spinning waiter only
- * steals time from the peer it waits for.  The kernel's count of running
- * tasks (/proc/loadavg, 4th field) is read at most every 50 ms.
+ * Runnable tasks beyond the CPUs, from the kernel's count of running tasks
+ * (/proc/loadavg, 4th field, "running/total"), read at most every 50 ms.
+ * The count includes the caller, and a sampled instant often catches one
+ * passing task.
  */
-static int cores_oversubscribed(long long now, int ncpu)
+static int tasks_over_cpus(long long now, int ncpu)
 {
 	static _Atomic long long checked_at;
-	static _Atomic int busy;
+	static _Atomic int surplus;
 	char buf[128], *slash;
 	ssize_t n;
 	int fd;
 
 	if (now - atomic_load_explicit(&checked_at, memory_order_relaxed) < 50000000LL)
-		return atomic_load_explicit(&busy, memory_order_relaxed);
+		return atomic_load_explicit(&surplus, memory_order_relaxed);
 	atomic_store(&checked_at, now);
 	fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -48,12 +49,15 @@ static int cores_oversubscribed(long long now, int ncpu)
 	slash = strchr(buf, '/');
 	while (slash && slash > buf && slash[-1] != ' ')
 		slash--;
-	/*
-	 * "running/total".  The count includes us, and a sampled instant often
-	 * catches one passing task; only a clear surplus stops the spin.
-	 */
-	atomic_store(&busy, slash && atoi(slash) > ncpu + 1);
-	return atomic_load(&busy);
+	atomic_store(&surplus, slash ? atoi(slash) - ncpu : 0);
+	return atomic_load(&surplus);
+}
+
+/* A spinning waiter only steals time from the peer it waits for: only a
+ * clear surplus (the passing task aside) stops the spin. */
+static int cores_oversubscribed(long long now, int ncpu)
+{
+	return tasks_over_cpus(now, ncpu) > 1;
 }
 
 static int cpus_online(void)
@@ -65,9 +69,15 @@ static int cpus_online(void)
 	return ncpu;
 }
 
+/*
+ * Short-lived connections leave acceleration on a surer sign than spinning
+ * does: an idle machine running a client and a server that both spin counts
+ * up to ncpu + 2 now and then (measured during make bench), a machine
+ * beside busy loops more.
+ */
 int cores_busy(void)
 {
-	return cores_oversubscribed(spin_now(), cpus_online());
+	return tasks_over_cpus(spin_now(), cpus_online()) > 2;
 }
 
 static long long spin_deadline_after(long long ns)

@@ -47,7 +47,7 @@ long long spin_deadline(void);
 long long spin_now(void);
 
 /*
- * More runnable tasks than CPUs right now (sampled at most every 50 ms)?
+ * Clearly more runnable tasks than CPUs right now (sampled at most every 50 ms)?
  * Then CPU time, not waiting, is what a connection costs (payoff.h).
  */
 int cores_busy(void);

@@ -165,13 +165,21 @@ void stats_slot_decide(struct stats_totals *tot, struct stat_slot *s, int mode, 
 		atomic_fetch_add(&tot->handshake_errors, 1);
 }
 
+/* Add @v to a shared total unless it is zero (a connection left on TCP
+ * moved nothing through smclo: no need to take the line from the peer). */
+static void add_nonzero(_Atomic uint64_t *total, uint64_t v)
+{
+	if (v)
+		atomic_fetch_add(total, v);
+}
+
 static void fold(struct stats_totals *tot, struct stat_slot *s)
 {
 	if (tot) {
-		atomic_fetch_add(&tot->tx_bytes, atomic_load(&s->tx_bytes));
-		atomic_fetch_add(&tot->rx_bytes, atomic_load(&s->rx_bytes));
-		atomic_fetch_add(&tot->bells_sent, atomic_load(&s->bells_sent));
-		atomic_fetch_add(&tot->bells_skipped, atomic_load(&s->bells_skipped));
+		add_nonzero(&tot->tx_bytes, atomic_load(&s->tx_bytes));
+		add_nonzero(&tot->rx_bytes, atomic_load(&s->rx_bytes));
+		add_nonzero(&tot->bells_sent, atomic_load(&s->bells_sent));
+		add_nonzero(&tot->bells_skipped, atomic_load(&s->bells_skipped));
 		atomic_fetch_add(&tot->conns_closed, 1);
 	}
 }
