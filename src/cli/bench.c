@@ -309,6 +309,15 @@ static double median(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+static void remove_registry(const char *regdir)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", regdir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "smclo bench: could not remove %s\n", regdir);
+}
+
 /* What the smclo runs of one benchmark did with their connections. */
 struct bench_counts {
 	unsigned long long accelerated, short_lived, no_offer, other;
@@ -392,8 +401,10 @@ int cmd_bench(int argc, char **argv)
 	char err[300];
 	int dfd = registry_open(regdir, 0, err, sizeof(err));
 	struct stats_totals *tot = dfd >= 0 ? stats_totals_map(dfd) : NULL;
-	if (!tot)
+	if (!tot) {
+		remove_registry(regdir);
 		return usage_error("bench: registry %s: %s", regdir, dfd < 0 ? err : "no stats file");
+	}
 	printf("smclo bench: %d interleaved runs of %.1f s each, median; message %zu B\n\n",
 	       runs, seconds, msg);
 	printf("%-34s %14s %14s %8s   %-26s %s\n", "benchmark", "tcp loopback", "smclo", "ratio",
@@ -422,9 +433,6 @@ int cmd_bench(int argc, char **argv)
 		printf("\n<-- NOT all accelerated: a connection stayed on TCP for a reason other "
 		       "than being short-lived on busy CPUs\n");
 	printf("ratio: latency below 1 and bandwidth above 1 mean smclo is faster\n");
-	char cmd[256];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", regdir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "smclo bench: could not remove %s\n", regdir);
+	remove_registry(regdir);
 	return all ? 0 : 1;
 }
