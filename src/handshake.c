@@ -412,7 +412,8 @@ static int client_rendezvous_open(struct client *cl)
 	int e;
 
 	registry_rendezvous_key(cl->key, sizeof(cl->key), &cl->dst, cl->src.port);
-	registry_rendezvous_count(registry_fd, 1);      /* before the SYN: servers look */
+	if (registry_rendezvous_count(registry_fd, 1) < 0)      /* before the SYN: servers look */
+		return R_NO_REGISTRY;
 	cl->rendezvous = registry_rendezvous_bind(registry_fd, cl->key);
 	if (cl->rendezvous >= 0)
 		return R_NONE;

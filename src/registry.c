@@ -398,6 +398,7 @@ static struct registry_state *state_map(int dirfd)
 	fd = openat(dirfd, "state1", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, file_mode);
 	if (fd < 0)
 		return NULL;
+	fchmod(fd, file_mode);      /* not subject to the umask; fails harmlessly if not ours */
 	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) ||
 	    (sb.st_size < 4096 && ftruncate(fd, 4096) < 0)) {
 		sys_close(fd);
@@ -415,12 +416,14 @@ static struct registry_state *state_map(int dirfd)
 	return p;
 }
 
-void registry_rendezvous_count(int dirfd, int delta)
+int registry_rendezvous_count(int dirfd, int delta)
 {
 	struct registry_state *st = state_map(dirfd);
 
-	if (st)
-		atomic_fetch_add(&st->rendezvous_bound, delta);
+	if (!st)
+		return -1;
+	atomic_fetch_add(&st->rendezvous_bound, delta);
+	return 0;
 }
 
 int registry_rendezvous_any(int dirfd)

@@ -92,9 +92,10 @@ void registry_rendezvous_remove(int dirfd, const char *key);
  * removed the socket, before its SYN and after its decision, so a server
  * that sees zero after accept() knows nobody waits under p/ for it and skips
  * the lookup.  A client that crashed in between leaves the count above zero,
- * which only costs servers the lookup they would have made anyway.
+ * which only costs servers the lookup they would have made anyway; a client
+ * that cannot count itself in (no shared page) must not bind one.
  */
-void registry_rendezvous_count(int dirfd, int delta);
+int registry_rendezvous_count(int dirfd, int delta);     /* -1: no shared page */
 int registry_rendezvous_any(int dirfd);
 
 /*
