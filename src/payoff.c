@@ -56,11 +56,12 @@ int payoff_worth_offering(const struct ep *dst)
 	struct dest *d;
 	int offer = 1;
 
-	if (!cfg.short_lived)
+	/* the busy check first: it may read /proc/loadavg, not under our lock */
+	if (!cfg.short_lived || !cores_busy())
 		return 1;
 	pthread_mutex_lock(&lock);
 	d = dest_find(dst);
-	if (d && d->streak >= SHORT_STREAK && cores_busy())
+	if (d && d->streak >= SHORT_STREAK)
 		offer = ++d->declined % PROBE_EVERY == 0;
 	pthread_mutex_unlock(&lock);
 	return offer;
