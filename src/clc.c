@@ -8,6 +8,7 @@
 
 #include "sys.h"
 
+#include <errno.h>
 #include <string.h>
 
 size_t clc_size(enum clc_type type)
@@ -96,8 +97,12 @@ int clc_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m, int *f
 	int got[CLC_MAX_FDS + 1], ngot = 0;
 	ssize_t n = sys_recvmsg(s, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 
-	if (n <= 0)
+	if (n < 0)
 		return -1;
+	if (n == 0) {
+		errno = EPROTO;
+		return -1;
+	}
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
 		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
 			continue;
@@ -109,6 +114,7 @@ int clc_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m, int *f
 	    clc_parse(buf, (size_t)n, type, nonce, m) < 0 ||
 	    ngot != (m->hdr.type == CLC_DECLINE ? 0 : want)) {
 		sys_close_all(got, ngot);
+		errno = EPROTO;
 		return -1;
 	}
 	memcpy(fds, got, ngot * sizeof(int));

@@ -94,8 +94,8 @@ struct msghdr *clc_prepare(struct clc_out *o, const union clc_msg *m, const int 
 /*
  * Receive one message of @type (or DECLINE, see clc_parse) for @nonce from
  * @s without waiting, with exactly @want descriptors (none for DECLINE).
- * Returns 0, or -1 if nothing is there or it is malformed; descriptors of a
- * rejected message are closed.
+ * Returns 0, or -1 with errno EAGAIN if nothing is there, EPROTO if it is
+ * malformed (descriptors of a rejected message are closed).
  */
 int clc_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m, int *fds, int want);
 

@@ -1084,13 +1084,13 @@ static int server_take_offer(struct server *sv, const union clc_msg *m, int fds[
 	return server_install(sv, &p);
 }
 
-int hs_accept(int lfd, int fd, int flags)
+int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t peer_len)
 {
 	struct server sv = { .fd = fd, .flags = flags, .s = -1 };
 	uid_t owner;
 	int rc;
 
-	if (ep_of_socket(fd, 0, &sv.local) < 0 || ep_of_socket(fd, 1, &sv.peer) < 0)
+	if (ep_from_sockaddr(&sv.peer, peer, peer_len) < 0 || ep_of_socket(fd, 0, &sv.local) < 0)
 		return fd;                      /* not an IP socket */
 	if (!(fd_flags(lfd) & FDF_LISTENING))
 		hs_listen(lfd);                 /* inherited listener: announce it now */

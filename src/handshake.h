@@ -9,8 +9,11 @@
 
 /* connect() for a TCP socket: plain TCP, or TCP then the switch. */
 int hs_connect(int fd, const struct sockaddr *sa, socklen_t len);
-/* After the kernel accepted @fd on @lfd: returns the descriptor for the application. */
-int hs_accept(int lfd, int fd, int flags);
+/*
+ * After the kernel accepted @fd on @lfd from @peer (the address accept()
+ * returned): returns the descriptor for the application.
+ */
+int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t peer_len);
 /* After listen() succeeded. */
 void hs_listen(int fd);
 /* Before listen() on a socket bound to a port: 0 if announced. */

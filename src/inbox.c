@@ -7,7 +7,10 @@
  * already queued; offers for connections that are still in the accept queue
  * (or that another thread will accept) are read along the way and kept in
  * the stash until their connection comes.  Whatever waits longer than a
- * client would is dropped: that client has withdrawn.
+ * client would is dropped: that client has withdrawn.  The registry counts
+ * the offers sent to any inbox; while that count has not moved since the
+ * inbox was last found empty, accept() skips the recvmsg() - so a plain
+ * client costs a server no system call here.
  *
  * Client side: a few connected sockets to the inboxes recently used, so an
  * offer costs one sendmsg() and no path lookup.
@@ -46,6 +49,8 @@ static pid_t inbox_owner;           /* a fork child does not own its parent's */
 static uint64_t inbox_ident;
 static struct pending stash[STASH_MAX];
 static int stash_n;
+static uint64_t empty_at;           /* offers sent when the inbox was last found empty */
+static int empty_at_known;
 
 static pthread_mutex_t links_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -75,6 +80,7 @@ static void forget_parents_inbox(void)
 		stash_drop(stash_n - 1);
 	inbox_sock = -1;
 	inbox_ident = 0;
+	empty_at_known = 0;
 	inbox_owner = sys_getpid();
 }
 
@@ -123,13 +129,16 @@ static void take(int i, union clc_msg *m, int fds[OFFER_FDS])
 	stash[i] = stash[--stash_n];
 }
 
-/* Read one offer from the inbox into the stash; its index, or -1. */
+/*
+ * Read one offer from the inbox into the stash: its index; -1 for a message
+ * that is not an offer (dropped); -2 if the inbox is empty or failed.
+ */
 static int drain_one(void)
 {
 	struct pending p;
 
 	if (clc_recv(inbox_sock, CLC_OFFER, 0, &p.m, p.fds, OFFER_FDS) < 0)
-		return -1;
+		return errno == EPROTO ? -1 : -2;
 	p.at_ms = mono_now_ms();
 	if (stash_n == STASH_MAX) {
 		int oldest = 0;         /* it has the least chance of coming */
@@ -140,6 +149,30 @@ static int drain_one(void)
 	}
 	stash[stash_n] = p;
 	return stash_n++;
+}
+
+/*
+ * Read the inbox until the offer for @local <- @peer comes, or the inbox is
+ * empty (remembering the count of offers sent at that moment).  Lock held.
+ */
+static int drain_for(const struct ep *local, const struct ep *peer)
+{
+	uint64_t sent;
+	int counted = registry_offers_sent(registry_fd, &sent) == 0;
+
+	if (counted && empty_at_known && sent == empty_at)
+		return -1;      /* nothing was sent to any inbox since ours was empty */
+	for (int n = 0; n < DRAIN_MAX; n++) {
+		int i = drain_one();
+		if (i == -2) {
+			empty_at = sent;
+			empty_at_known = counted;
+			return -1;
+		}
+		if (i >= 0 && pending_matches(&stash[i], local, peer))
+			return i;
+	}
+	return -1;
 }
 
 int inbox_take(const struct ep *local, const struct ep *peer, union clc_msg *m,
@@ -160,13 +193,8 @@ int inbox_take(const struct ep *local, const struct ep *peer, union clc_msg *m,
 	for (int i = 0; i < stash_n && found < 0; i++)
 		if (pending_matches(&stash[i], local, peer))
 			found = i;
-	for (int n = 0; found < 0 && n < DRAIN_MAX; n++) {
-		int i = drain_one();
-		if (i < 0)
-			break;
-		if (pending_matches(&stash[i], local, peer))
-			found = i;
-	}
+	if (found < 0)
+		found = drain_for(local, peer);
 	if (found >= 0)
 		take(found, m, fds);
 	pthread_mutex_unlock(&inbox_lock);
@@ -241,15 +269,19 @@ int inbox_send(const struct listener_info *li, const union clc_msg *m,
 	char name[48];
 	int rc = -1;
 
+	/* an offer nobody can count could be skipped by its server: send none */
+	if (registry_offers_sent(registry_fd, &(uint64_t){ 0 }) < 0)
+		return -1;
 	inbox_name(name, sizeof(name), li->pid, li->offer.inbox);
 	pthread_mutex_lock(&links_lock);
 	l = link_get(name);
 	/* our TCP socket goes there: only to a user we may attach to */
 	if (l && config_uid_allowed(&cfg, l->owner)) {
 		if (sys_sendmsg(l->sock, clc_prepare(&o, m, fds, OFFER_FDS),
-		                MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)m->hdr.length)
+		                MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)m->hdr.length) {
+			registry_offer_count(registry_fd);      /* queued: now it may count */
 			rc = 0;
-		else if (errno != EAGAIN)
+		} else if (errno != EAGAIN)
 			link_drop(l);   /* the inbox is gone */
 	}
 	pthread_mutex_unlock(&links_lock);

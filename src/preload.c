@@ -188,14 +188,33 @@ EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 	return hs_connect(fd, sa, len);
 }
 
+/*
+ * The peer's address is asked of the kernel with the accept itself (no
+ * getpeername() later) and copied out as accept() would: truncated to the
+ * caller's room, the full length reported.
+ */
 EXPORT int accept4(int lfd, struct sockaddr *sa, socklen_t *len, int flags)
 {
 	REAL(accept4);
-	int fd = real_accept4(lfd, sa, len, flags);
+	struct sockaddr_storage peer;
+	socklen_t peer_len = sizeof(peer);
+	int fd;
 
-	if (fd < 0 || !smclo_active || !is_tcp_socket(lfd))
+	if (!smclo_active || (sa && !len) || !is_tcp_socket(lfd))
+		return real_accept4(lfd, sa, len, flags);
+	fd = real_accept4(lfd, (struct sockaddr *)&peer, &peer_len, flags);
+	if (fd < 0)
 		return fd;
-	return hs_accept(lfd, fd, flags);
+	if (sa) {
+		if ((int)*len < 0) {    /* the kernel drops the connection too */
+			sys_close(fd);
+			errno = EINVAL;
+			return -1;
+		}
+		memcpy(sa, &peer, *len < peer_len ? *len : peer_len);
+		*len = peer_len;
+	}
+	return hs_accept(lfd, fd, flags, (struct sockaddr *)&peer, peer_len);
 }
 
 EXPORT int accept(int lfd, struct sockaddr *sa, socklen_t *len)

@@ -383,6 +383,7 @@ static int socket_bind(int dirfd, const char *sub, const char *key)
  */
 struct registry_state {
 	_Atomic int64_t rendezvous_bound;
+	_Atomic uint64_t offers_sent;
 };
 
 static struct registry_state *state_map(int dirfd)
@@ -395,7 +396,7 @@ static struct registry_state *state_map(int dirfd)
 
 	if (st)
 		return st;
-	fd = openat(dirfd, "state1", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, file_mode);
+	fd = openat(dirfd, "state2", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, file_mode);
 	if (fd < 0)
 		return NULL;
 	fchmod(fd, file_mode);      /* not subject to the umask; fails harmlessly if not ours */
@@ -431,6 +432,24 @@ int registry_rendezvous_any(int dirfd)
 	struct registry_state *st = state_map(dirfd);
 
 	return !st || atomic_load(&st->rendezvous_bound) != 0;
+}
+
+int registry_offers_sent(int dirfd, uint64_t *n)
+{
+	struct registry_state *st = state_map(dirfd);
+
+	if (!st)
+		return -1;
+	*n = atomic_load(&st->offers_sent);
+	return 0;
+}
+
+void registry_offer_count(int dirfd)
+{
+	struct registry_state *st = state_map(dirfd);
+
+	if (st)
+		atomic_fetch_add(&st->offers_sent, 1);
 }
 
 int registry_rendezvous_bind(int dirfd, const char *key)

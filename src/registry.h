@@ -8,7 +8,7 @@
  *   p/<dstport>-<srcport>-<dstip>                a client's rendezvous socket
  *   c/<pid>.<rand>                                a process's connection table
  *   stats                                         totals since creation/reset
- *   state1                                        shared counters (rendezvous bound)
+ *   state2                                        shared counters (rendezvous bound, offers sent)
  *
  * Liveness is an open-file-description lock held by the owner: it is
  * inherited over fork, released by the kernel when the last holder exits,
@@ -88,7 +88,7 @@ ssize_t registry_rendezvous_send(int pathfd, int sock, struct msghdr *mh);
 void registry_rendezvous_remove(int dirfd, const char *key);
 /*
  * How many clients have a rendezvous bound, kept in the registry's shared
- * `state1` page: a client counts itself in before it binds and out after it
+ * `state2` page: a client counts itself in before it binds and out after it
  * removed the socket, before its SYN and after its decision, so a server
  * that sees zero after accept() knows nobody waits under p/ for it and skips
  * the lookup.  A client that crashed in between leaves the count above zero,
@@ -97,6 +97,16 @@ void registry_rendezvous_remove(int dirfd, const char *key);
  */
 int registry_rendezvous_count(int dirfd, int delta);     /* -1: no shared page */
 int registry_rendezvous_any(int dirfd);
+/*
+ * How many offers have been sent to any inbox, in the same page: a client
+ * counts its offer after sendmsg() queued it and before its SYN.  So a
+ * server that found its inbox empty after reading the count as N, and
+ * reads N again after accept(), knows its inbox is still empty and skips
+ * the recvmsg().  Only ever a hint: a writer who holds the count still
+ * makes clients wait their handshake timeout and stay on TCP.
+ */
+int registry_offers_sent(int dirfd, uint64_t *n);       /* -1: no shared page */
+void registry_offer_count(int dirfd);
 
 /*
  * Inboxes (inbox.h): a listening process binds i/<name>; a client connects a

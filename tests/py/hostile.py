@@ -191,6 +191,7 @@ def inbox_client(reg, port, attack):
     box = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     box.connect(os.path.join(reg, "i", find_inbox(reg, port)))
     socket.send_fds(box, [msg], [c.fileno(), pair_fd, mfd])
+    count_in_state(reg, STATE_OFFERS_SENT, 1)
     c.connect(("127.0.0.1", port))
     deadline = time.time() + 2
     while struct.unpack_from("<I", region, OFFER_WORD)[0] == OFFER_OPEN and time.time() < deadline:
@@ -202,22 +203,27 @@ def inbox_client(reg, port, attack):
     print("echo", c.recv(100).decode(), flush=True)
 
 
-def count_rendezvous(reg, delta):
-    """Clients count themselves in state1 before binding a rendezvous
-    (registry.h); servers skip the lookup while the count is zero."""
-    fd = os.open(os.path.join(reg, "state1"), os.O_RDWR | os.O_CREAT, 0o600)
+STATE_RENDEZVOUS_BOUND, STATE_OFFERS_SENT = 0, 8       # registry.c struct registry_state
+
+
+def count_in_state(reg, offset, delta):
+    """Add @delta to a counter of the registry's shared page (registry.h):
+    clients count themselves in before binding a rendezvous, and count an
+    offer once it is queued in an inbox; servers skip the lookup or the
+    inbox while the counts say there is nothing for them."""
+    fd = os.open(os.path.join(reg, "state2"), os.O_RDWR | os.O_CREAT, 0o600)
     if os.fstat(fd).st_size < 4096:
         os.ftruncate(fd, 4096)
     with mmap.mmap(fd, 4096) as m:
-        (n,) = struct.unpack_from("<q", m, 0)
-        struct.pack_into("<q", m, 0, n + delta)   # one client: no race to lose
+        (n,) = struct.unpack_from("<q", m, offset)
+        struct.pack_into("<q", m, offset, n + delta)   # one client: no race to lose
     os.close(fd)
 
 
 def client(reg, port, attack):
     if attack.startswith("inbox-"):
         return inbox_client(reg, port, attack)
-    count_rendezvous(reg, 1)
+    count_in_state(reg, STATE_RENDEZVOUS_BOUND, 1)
     c = socket.socket()
     c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     c.bind(("127.0.0.1", 0))
