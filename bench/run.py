@@ -2,7 +2,8 @@
 """`make bench`: the speed issue's benchmark table, measured.
 
 Every row runs TCP loopback, AF_UNIX where the program supports it, and
-smclo (both ends under `smclo run`), interleaved run by run, and reports the
+smclo (both ends under `smclo run`), interleaved run by run (the order
+turning every round), and reports the
 median of the runs with the CPU time (user+sys of server and client) beside
 it.  Writes BENCHMARKS.md and bench/benchmarks.png.
 
@@ -268,7 +269,8 @@ def main():
             if a.only and a.only not in name:
                 continue
             CURRENT_ROW[0] = name
-            for mode in MODES:
+            # the order turns every round, so no mode always runs right after another
+            for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
                 res = fn(mode, secs)
                 if res is not None:
                     results[name][mode].append(res)

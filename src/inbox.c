@@ -66,6 +66,19 @@ static void stash_drop(int i)
 	stash[i] = stash[--stash_n];
 }
 
+/* Drop what waited longer than its client would: it has given up.  Lock held. */
+static void stash_drop_stale(void)
+{
+	long stale;
+
+	if (!stash_n)
+		return;         /* the usual case: no clock read */
+	stale = mono_now_ms() - 2L * cfg.handshake_ms;
+	for (int i = stash_n - 1; i >= 0; i--)
+		if (stash[i].at_ms < stale)
+			stash_drop(i);
+}
+
 /*
  * A fork child holds copies of its parent's inbox and stash: close them
  * (the parent's stay open) and start without an inbox.  Lock held.
@@ -178,7 +191,6 @@ static int drain_for(const struct ep *local, const struct ep *peer)
 int inbox_take(const struct ep *local, const struct ep *peer, union clc_msg *m,
                int fds[OFFER_FDS])
 {
-	long stale = mono_now_ms() - 2L * cfg.handshake_ms;
 	int found = -1;
 
 	pthread_mutex_lock(&inbox_lock);
@@ -187,9 +199,7 @@ int inbox_take(const struct ep *local, const struct ep *peer, union clc_msg *m,
 		pthread_mutex_unlock(&inbox_lock);
 		return -1;
 	}
-	for (int i = stash_n - 1; i >= 0; i--)
-		if (stash[i].at_ms < stale)
-			stash_drop(i);  /* its client has given up long ago */
+	stash_drop_stale();
 	for (int i = 0; i < stash_n && found < 0; i++)
 		if (pending_matches(&stash[i], local, peer))
 			found = i;

@@ -82,13 +82,33 @@ int registry_open(const char *dir, int is_default, char *err, size_t errlen)
 	return dfd;
 }
 
+int registry_entry_path(char out[REGISTRY_PATH_MAX], const char *sub, const char *name)
+{
+	int n = snprintf(out, REGISTRY_PATH_MAX, "%s/%s", sub, name);
+
+	if (n < 0 || n >= REGISTRY_PATH_MAX) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	return 0;
+}
+
+void registry_entry_remove(int dirfd, const char *sub, const char *name)
+{
+	char path[REGISTRY_PATH_MAX];
+
+	if (registry_entry_path(path, sub, name) == 0)
+		unlinkat(dirfd, path, 0);
+}
+
 int registry_lock_create(int dirfd, const char *sub, const char *name)
 {
-	char path[160];
+	char path[REGISTRY_PATH_MAX];
 	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
 	int fd;
 
-	snprintf(path, sizeof(path), "%s/%s", sub, name);
+	if (registry_entry_path(path, sub, name) < 0)
+		return -1;
 	fd = openat(dirfd, path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -1;
@@ -103,11 +123,12 @@ int registry_lock_create(int dirfd, const char *sub, const char *name)
 
 int registry_is_locked(int dirfd, const char *sub, const char *name)
 {
-	char path[160];
+	char path[REGISTRY_PATH_MAX];
 	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
 	int fd;
 
-	snprintf(path, sizeof(path), "%s/%s", sub, name);
+	if (registry_entry_path(path, sub, name) < 0)
+		return -1;      /* no such entry can exist */
 	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? -1 : 1;   /* unreadable: assume alive, never remove it */
@@ -185,12 +206,9 @@ struct find_state {
 /* Is the entry still held by its owner?  Removes it if not. */
 static int entry_alive(int dirfd, const char *sub, const char *name)
 {
-	char path[300];
-
 	if (registry_is_locked(dirfd, sub, name) == 1)
 		return 1;
-	snprintf(path, sizeof(path), "%s/%s", sub, name);
-	unlinkat(dirfd, path, 0);   /* its owner is gone */
+	registry_entry_remove(dirfd, sub, name);        /* its owner is gone */
 	return 0;
 }
 
@@ -350,15 +368,14 @@ static int socket_dead(const struct sockaddr_un *sun)
 static int socket_bind(int dirfd, const char *sub, const char *key)
 {
 	struct sockaddr_un sun;
-	char path[160];
+	char path[REGISTRY_PATH_MAX];
 	int fd, rc;
 
-	if (socket_sun(dirfd, sub, key, &sun) < 0)
+	if (registry_entry_path(path, sub, key) < 0 || socket_sun(dirfd, sub, key, &sun) < 0)
 		return -1;
 	fd = sys_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -1;
-	snprintf(path, sizeof(path), "%s/%s", sub, key);
 	rc = sys_bind(fd, &sun, sizeof(sun));
 	if (rc < 0 && errno == EADDRINUSE && socket_dead(&sun)) {
 		unlinkat(dirfd, path, 0);       /* left by a crashed owner */
@@ -465,12 +482,12 @@ int registry_inbox_bind(int dirfd, const char *name)
 int registry_inbox_connect(int dirfd, const char *name, uid_t *owner)
 {
 	struct sockaddr_un sun;
-	char path[160];
+	char path[REGISTRY_PATH_MAX];
 	struct stat st;
 	int fd;
 
-	snprintf(path, sizeof(path), "i/%s", name);
-	if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode) ||
+	if (registry_entry_path(path, "i", name) < 0 ||
+	    fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode) ||
 	    socket_sun(dirfd, "i", name, &sun) < 0)
 		return -1;
 	fd = sys_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -496,19 +513,17 @@ int registry_inbox_connect(int dirfd, const char *name, uid_t *owner)
 
 void registry_inbox_remove(int dirfd, const char *name)
 {
-	char path[160];
-
-	snprintf(path, sizeof(path), "i/%s", name);
-	unlinkat(dirfd, path, 0);
+	registry_entry_remove(dirfd, "i", name);
 }
 
 int registry_rendezvous_open(int dirfd, const char *key, uid_t *owner)
 {
-	char path[160];
+	char path[REGISTRY_PATH_MAX];
 	struct stat st;
 	int fd;
 
-	snprintf(path, sizeof(path), "p/%s", key);
+	if (registry_entry_path(path, "p", key) < 0)
+		return -1;
 	fd = openat(dirfd, path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
@@ -534,10 +549,7 @@ ssize_t registry_rendezvous_send(int pathfd, int sock, struct msghdr *mh)
 
 void registry_rendezvous_remove(int dirfd, const char *key)
 {
-	char path[160];
-
-	snprintf(path, sizeof(path), "p/%s", key);
-	unlinkat(dirfd, path, 0);
+	registry_entry_remove(dirfd, "p", key);
 }
 
 int registry_sun_path(int dirfd, const char *sub, const char *name, char *out, size_t len)
@@ -571,12 +583,9 @@ void registry_for_each(int dirfd, const char *sub, registry_visit_fn fn, void *a
 static int remove_if_dead(int dirfd, const char *sub, const char *name, void *arg)
 {
 	int (*dead)(int, const char *, const char *) = arg;
-	char path[300];
 
-	if (dead(dirfd, sub, name)) {
-		snprintf(path, sizeof(path), "%s/%s", sub, name);
-		unlinkat(dirfd, path, 0);
-	}
+	if (dead(dirfd, sub, name))
+		registry_entry_remove(dirfd, sub, name);
 	return 0;
 }
 
@@ -592,10 +601,11 @@ static int lock_dead(int dirfd, const char *sub, const char *name)
 
 static int rendezvous_stale(int dirfd, const char *sub, const char *name)
 {
-	char path[300];
+	char path[REGISTRY_PATH_MAX];
 	struct stat st;
 
-	snprintf(path, sizeof(path), "%s/%s", sub, name);
+	if (registry_entry_path(path, sub, name) < 0)
+		return 0;
 	/* a handshake is bounded by seconds; a minute-old file has no owner */
 	return fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	       time(NULL) - st.st_mtime > 60;

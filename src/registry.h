@@ -27,6 +27,11 @@
 #define LISTEN_F_V6ONLY 1u
 #define LISTEN_F_DEFER  2u
 
+/* "<sub>/<name>", an entry's path relative to the registry directory. */
+#define REGISTRY_PATH_MAX 300
+int registry_entry_path(char out[REGISTRY_PATH_MAX], const char *sub, const char *name);
+void registry_entry_remove(int dirfd, const char *sub, const char *name);
+
 /* Open (creating if needed) the registry; returns a directory fd or -1. */
 int registry_open(const char *dir, int is_default, char *err, size_t errlen);
 

@@ -90,9 +90,7 @@ struct stat_table *stats_table(int dirfd, char *name_out, size_t len)
 			return NULL;
 		if (ftruncate(fd, sizeof(struct stat_table)) < 0 ||
 		    !(my_table = map_file(fd, sizeof(struct stat_table)))) {
-			char path[100];
-			snprintf(path, sizeof(path), "c/%s", my_table_name);
-			unlinkat(dirfd, path, 0);
+			registry_entry_remove(dirfd, "c", my_table_name);
 			close(fd);
 			pthread_mutex_unlock(&table_lock);
 			return NULL;
@@ -237,13 +235,12 @@ struct visit {
 static int visit_table(int dirfd, const char *sub, const char *name, void *arg)
 {
 	struct visit *v = arg;
-	char path[300];
+	char path[REGISTRY_PATH_MAX];
 	struct stat_table *t;
 	int tfd;
 
-	if (!is_table_name(name))
+	if (!is_table_name(name) || registry_entry_path(path, sub, name) < 0)
 		return 0;
-	snprintf(path, sizeof(path), "%s/%s", sub, name);
 	tfd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
 	if (tfd < 0)
 		return 0;
