@@ -9,7 +9,7 @@
 BUILD ?= build
 PYTHON ?= python3
 TEST_DEBS = redis-server redis-tools nginx-light wrk iperf3 sockperf curl \
-            python3-pytest liburing-dev iproute2 util-linux cmake ninja-build gcc
+            python3-pytest liburing-dev iproute2 util-linux cmake ninja-build gcc strace
 
 .PHONY: all build demo test unit pytest deps clean bench
 
