@@ -220,25 +220,76 @@ ROWS = [
 ]
 
 MODES = ["tcp", "unix", "smclo"]
+LOADED_SECS = 3
 CURRENT_ROW = [""]
 SHORT_LIVED = collections.Counter()     # per row: connections smclo kept on TCP (payoff.h)
 
 
-def oversubscribed(runs):
-    """`smclo bench` while 4 busy loops share the 2 CPUs: spinning must back off."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
-    try:
+BUSY_LOOPS = 4
+LOADED = " (beside busy loops)"         # the SHORT_LIVED key of a row's loaded runs
+
+
+class BusyLoops:
+    """BUSY_LOOPS processes spinning in Python for as long as the block runs."""
+
+    def __enter__(self):
+        self.hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                     for _ in range(BUSY_LOOPS)]
         time.sleep(1)
-        out = subprocess.run([SMCLO, "bench", "--runs", str(runs), "--seconds", "1"],
-                             capture_output=True, text=True, timeout=600)
-    finally:
-        for h in hogs:
+
+    def __exit__(self, *exc):
+        for h in self.hogs:
             h.kill()
             h.wait()
+
+
+def oversubscribed_rows(runs, secs, only=None):
+    """Every row, TCP against smclo, beside the busy loops: no benchmark may be
+    slower than TCP (spinning must back off).  Returns {row: {mode: [(value, cpu)]}}."""
+    results = {}
+    with BusyLoops():
+        for r in range(runs):
+            for name, unit, hib, bar, goal, kern, fn, how in ROWS:
+                if only and only not in name:
+                    continue
+                CURRENT_ROW[0] = name + LOADED
+                res = results.setdefault(name, {"tcp": [], "smclo": []})
+                for mode in (("tcp", "smclo") if r % 2 == 0 else ("smclo", "tcp")):
+                    res[mode].append(fn(mode, secs))
+                    print("loaded run %d %-45s %-5s %12.2f %s  cpu %.2f s"
+                          % (r + 1, name, mode, res[mode][-1][0], unit, res[mode][-1][1]),
+                          flush=True)
+    return results
+
+
+def oversubscribed_bench(runs):
+    """`smclo bench` (ping-pong, stream, connection setup) beside the busy loops."""
+    with BusyLoops():
+        out = subprocess.run([SMCLO, "bench", "--runs", str(runs), "--seconds", "1"],
+                             capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError("smclo bench under load failed:\n" + out.stdout + out.stderr)
     return [l for l in out.stdout.splitlines()
             if l.startswith(("benchmark", "ping-pong", "stream", "connection"))]
+
+
+def loaded_table(loaded):
+    """The loaded runs as Markdown rows, and whether smclo was slower anywhere."""
+    lines = ["| benchmark | TCP | smclo | smclo/TCP | not slower than TCP | CPU s TCP / smclo | kept on TCP as short-lived |",
+             "|---|---|---|---|---|---|---|"]
+    slower = []
+    for name, unit, hib, bar, goal, kern, fn, how in ROWS:
+        if name not in loaded:
+            continue
+        t, s = (med(loaded[name][m], 0) for m in ("tcp", "smclo"))
+        ct, cs = (med(loaded[name][m], 1) for m in ("tcp", "smclo"))
+        ok = s <= t if not hib else s >= t
+        if not ok:
+            slower.append(name)
+        lines.append("| %s (%s) | %.2f | %.2f | %.2fx | %s | %.2f / %.2f | %d |" % (
+            name, unit, t, s, s / t, "yes" if ok else "**no**", ct, cs,
+            SHORT_LIVED[name + LOADED]))
+    return lines, slower
 
 
 def idle_memory():
@@ -254,11 +305,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="short runs, for trying the harness")
-    ap.add_argument("--only-load", action="store_true", help="just the oversubscribed check")
+    ap.add_argument("--only-load", action="store_true",
+                    help="just the rows beside busy loops (with --only: just those rows)")
     ap.add_argument("--only", help="just the rows whose name contains this (no report written)")
     a = ap.parse_args()
     if a.only_load:
-        print("\n".join(oversubscribed(3)))
+        lines, slower = loaded_table(oversubscribed_rows(a.runs, 2 if a.quick else LOADED_SECS,
+                                                         a.only))
+        print("\n".join(lines + ["slower than TCP: %s" % (", ".join(slower) or "none")]))
         return
     secs = 2 if a.quick else 10
     results = {}
@@ -282,14 +336,15 @@ def main():
             if t and s:
                 print("%-45s smclo/TCP %.2fx (median of %d)" % (name, s / t, a.runs))
         return
-    write_report(results, a.runs, secs, oversubscribed(5), idle_memory())
+    write_report(results, a.runs, secs, oversubscribed_rows(a.runs, LOADED_SECS),
+                 oversubscribed_bench(a.runs), idle_memory())
 
 
 def med(vals, i):
     return statistics.median(v[i] for v in vals) if vals else None
 
 
-def write_report(results, runs, secs, loaded, idle):
+def write_report(results, runs, secs, loaded, loaded_bench, idle):
     lines = ["# smclo benchmarks", "",
              "Generated by `make bench` (bench/run.py): %d interleaved runs per row of %d s, "
              "median; CPU is user+sys of server and client per run.  Machine: %s, %d CPUs.  "
@@ -309,12 +364,17 @@ def write_report(results, runs, secs, loaded, idle):
             bar, goal, kern, fmt(ct), fmt(cu), fmt(cs)))
         chart.append((name, (t / s if not hib else s / t) if t and s else 0,
                       ((t / u if not hib else u / t) if t and u else 0)))
-    shorts = ["%s: %d" % (n, k) for n, k in SHORT_LIVED.items() if k]
+    shorts = ["%s: %d" % (n, k) for n, k in SHORT_LIVED.items() if k and not n.endswith(LOADED)]
     lines += ["", "Connections of the smclo runs kept on TCP as short-lived on busy CPUs "
               "(design.md 2c): %s." % (", ".join(shorts) if shorts else "none")]
-    lines += ["", "## With 4 busy processes on the %d CPUs" % os.cpu_count(), "",
-              "`smclo bench --runs 5 --seconds 1` while four busy loops run (no benchmark may "
-              "be slower than TCP: the spin must back off):", "", "```"] + loaded + ["```"]
+    table, slower = loaded_table(loaded)
+    lines += ["", "## With %d busy processes on the %d CPUs" % (BUSY_LOOPS, os.cpu_count()), "",
+              "No benchmark may be slower than TCP while %d busy loops share the CPUs (the spin "
+              "must back off).  Every row again, TCP and smclo only, %d runs of %d s each, the "
+              "order turning every round, median; same commands as above.  Slower than TCP: "
+              "%s." % (BUSY_LOOPS, runs, LOADED_SECS, ", ".join(slower) or "none"), ""] + table
+    lines += ["", "`smclo bench --runs %d --seconds 1` beside the same busy loops:" % runs, "",
+              "```"] + loaded_bench + ["```"]
     lines += ["", "## Memory of 1000 idle connections", "",
               "`python3 bench/idle_memory.py 1000`: a client and a server process open 1000 "
               "connections, exchange 100 bytes on each and hold them; the cost is the drop of "
