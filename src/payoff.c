@@ -1,19 +1,21 @@
 /*
- * payoff.c - per-destination memory of how long a client's connections
+ * payoff.c - per-destination memory of how long clients' connections
  * were, to keep short-lived ones on TCP while the CPUs are oversubscribed
  * (see payoff.h).
  *
- * A few entries under one mutex, touched once per connect() and once per
- * close of an accelerated client connection: never on the data path.
+ * The memory is the registry's shared page (registry_dests), so every
+ * process of the registry learns from the others: a new process's first
+ * connections are judged by what its predecessors saw.  Touched once per
+ * connect() on a busy machine and once per close of an accelerated client
+ * connection: never on the data path.  Plain atomics, no lock: a lost
+ * update between two processes only shifts a streak by one.
  */
 #include "payoff.h"
 
 #include "config.h"
-#include "forkguard.h"
+#include "conn.h"
+#include "registry.h"
 #include "spin.h"
-
-#include <pthread.h>
-#include <string.h>
 
 /*
  * Short: at most two round trips and 16 KiB.  Under load a message through
@@ -25,67 +27,61 @@
 #define SHORT_BYTES    (16u << 10)
 #define SHORT_STREAK   8u       /* short ones in a row before we believe it */
 #define PROBE_EVERY    256u     /* one connection in this many is tried anyway */
-#define DESTS          16
 
-struct dest {
-	struct ep ep;
-	unsigned used;          /* 0: free slot */
-	unsigned streak;        /* short connections in a row (saturates) */
-	unsigned declined;      /* kept on TCP since the last probe */
-};
-
-static struct dest dests[DESTS];
-static unsigned next_victim;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-
-__attribute__((constructor)) static void payoff_init(void)
+/* FNV-1a over the address and port; never 0, which marks a free entry. */
+static uint64_t dest_key(const struct ep *dst)
 {
-	fork_guard(&lock);
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (int i = 0; i < 16; i++)
+		h = (h ^ dst->ip[i]) * 0x100000001b3ull;
+	h = (h ^ (dst->port & 0xff)) * 0x100000001b3ull;
+	h = (h ^ (dst->port >> 8)) * 0x100000001b3ull;
+	return h | 1;
 }
 
-static struct dest *dest_find(const struct ep *dst)
+/* The shared entry @dst maps to (it may hold another destination), or NULL. */
+static struct registry_dest *dest_entry(const struct ep *dst, uint64_t *key)
 {
-	for (int i = 0; i < DESTS; i++)
-		if (dests[i].used && ep_equal(&dests[i].ep, dst))
-			return &dests[i];
-	return NULL;
+	struct registry_dest *t = registry_fd >= 0 ? registry_dests(registry_fd) : NULL;
+
+	*key = dest_key(dst);
+	return t ? &t[*key % REGISTRY_DESTS] : NULL;
 }
 
 int payoff_worth_offering(const struct ep *dst)
 {
-	struct dest *d;
-	int offer = 1;
+	struct registry_dest *d;
+	uint64_t key;
 
-	/* the busy check first: it may read /proc/loadavg, not under our lock */
+	/* the busy check first: an idle machine's connect() reads nothing shared */
 	if (!cfg.short_lived || !cores_busy())
 		return 1;
-	pthread_mutex_lock(&lock);
-	d = dest_find(dst);
-	if (d && d->streak >= SHORT_STREAK)
-		offer = ++d->declined % PROBE_EVERY == 0;
-	pthread_mutex_unlock(&lock);
-	return offer;
+	d = dest_entry(dst, &key);
+	if (!d || atomic_load_explicit(&d->key, memory_order_relaxed) != key ||
+	    atomic_load_explicit(&d->streak, memory_order_relaxed) < SHORT_STREAK)
+		return 1;
+	return atomic_fetch_add_explicit(&d->declined, 1, memory_order_relaxed) % PROBE_EVERY ==
+	       PROBE_EVERY - 1;
 }
 
 void payoff_record(const struct ep *dst, uint32_t calls, uint64_t bytes)
 {
 	int is_short = calls <= SHORT_CALLS && bytes <= SHORT_BYTES;
-	struct dest *d;
+	struct registry_dest *d;
+	uint64_t key;
 
-	if (!cfg.short_lived)
+	if (!cfg.short_lived || !(d = dest_entry(dst, &key)))
 		return;
-	pthread_mutex_lock(&lock);
-	if (!(d = dest_find(dst)) && is_short) {
-		d = &dests[next_victim++ % DESTS];
-		memset(d, 0, sizeof(*d));
-		d->ep = *dst;
-		d->used = 1;
-	}
-	if (d) {
+	if (atomic_load_explicit(&d->key, memory_order_relaxed) != key) {
 		if (!is_short)
-			d->streak = 0;
-		else if (d->streak < SHORT_STREAK)
-			d->streak++;
+			return;         /* nothing to forget */
+		/* take the entry over; a race with another process costs a streak */
+		atomic_store_explicit(&d->streak, 0, memory_order_relaxed);
+		atomic_store_explicit(&d->key, key, memory_order_relaxed);
 	}
-	pthread_mutex_unlock(&lock);
+	if (!is_short)
+		atomic_store_explicit(&d->streak, 0, memory_order_relaxed);
+	else if (atomic_load_explicit(&d->streak, memory_order_relaxed) < SHORT_STREAK)
+		atomic_fetch_add_explicit(&d->streak, 1, memory_order_relaxed);
 }

@@ -10,9 +10,10 @@
  * connection costs, and one that carries a request and an answer is slower
  * accelerated than on TCP.
  *
- * So a client remembers, per destination, whether its recent connections
- * there were short (a few calls, little data).  After SHORT_STREAK short
- * ones in a row, while the CPUs are oversubscribed, the next connections to
+ * So clients remember, per destination and in the registry's shared page
+ * (every process of the registry adds to and reads the same memory),
+ * whether the recent connections there were short (a few calls, little
+ * data).  After SHORT_STREAK short ones in a row, while the CPUs are oversubscribed, the next connections to
  * it stay on TCP with the reason `short-lived` - except one in PROBE_EVERY,
  * which is accelerated to learn whether the pattern changed.  The kernel's
  * SMC does the same under handshake congestion (limit_smc_hs).

@@ -401,7 +401,10 @@ static int socket_bind(int dirfd, const char *sub, const char *key)
 struct registry_state {
 	_Atomic int64_t rendezvous_bound;
 	_Atomic uint64_t offers_sent;
+	struct registry_dest dests[REGISTRY_DESTS];
 };
+
+_Static_assert(sizeof(struct registry_state) <= 4096, "the shared state is one page");
 
 static struct registry_state *state_map(int dirfd)
 {
@@ -467,6 +470,13 @@ void registry_offer_count(int dirfd)
 
 	if (st)
 		atomic_fetch_add(&st->offers_sent, 1);
+}
+
+struct registry_dest *registry_dests(int dirfd)
+{
+	struct registry_state *st = state_map(dirfd);
+
+	return st ? st->dests : NULL;
 }
 
 int registry_rendezvous_bind(int dirfd, const char *key)

@@ -8,7 +8,8 @@
  *   p/<dstport>-<srcport>-<dstip>                a client's rendezvous socket
  *   c/<pid>.<rand>                                a process's connection table
  *   stats                                         totals since creation/reset
- *   state2                                        shared counters (rendezvous bound, offers sent)
+ *   state2                                        shared counters (rendezvous bound, offers
+ *                                                 sent) and what connections to a destination were like
  *
  * Liveness is an open-file-description lock held by the owner: it is
  * inherited over fork, released by the kernel when the last holder exits,
@@ -112,6 +113,23 @@ int registry_rendezvous_any(int dirfd);
  */
 int registry_offers_sent(int dirfd, uint64_t *n);       /* -1: no shared page */
 void registry_offer_count(int dirfd);
+
+/*
+ * The same page holds what clients learnt about how long their connections
+ * to each destination were (payoff.c), so that a process making a single
+ * connection (a curl in a shell loop) profits from what the ones before it
+ * saw.  Direct-mapped by a hash of the destination; any process that may
+ * write the registry can rewrite it, which only changes whether a
+ * connection is offered acceleration: every field is a number compared
+ * with a bound, never an index or a size.
+ */
+#define REGISTRY_DESTS 64
+struct registry_dest {
+	_Atomic uint64_t key;           /* hash of the destination; 0: free */
+	_Atomic uint32_t streak;        /* short connections in a row */
+	_Atomic uint32_t declined;      /* kept on TCP since the last probe */
+};
+struct registry_dest *registry_dests(int dirfd);        /* NULL: no shared page */
 
 /*
  * Inboxes (inbox.h): a listening process binds i/<name>; a client connects a

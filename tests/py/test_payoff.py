@@ -1,8 +1,10 @@
 """Short-lived connections stay on TCP while the CPUs are oversubscribed
 (payoff.h): with more busy loops than CPUs, a client whose connections to a
 server each carry one small round trip stops offering after a few, says why
-(`short-lived`), and keeps trying one now and then; connections that carry
-more are accelerated regardless, and SMCLO_SHORT_LIVED=0 accelerates all."""
+(`short-lived`), and keeps trying one now and then; what the clients learn
+is shared through the registry, so processes that make one connection each
+learn from each other; connections that carry more are accelerated
+regardless, and SMCLO_SHORT_LIVED=0 accelerates all."""
 import os
 import sys
 
@@ -24,17 +26,19 @@ def busy_cpus(procs):
         procs.stop(h)
 
 
-def run_clients(reg, procs, role, conns, short_lived):
-    """An echo server and a client making @conns connections of kind @role."""
+def run_clients(reg, procs, role, conns, short_lived, processes=1):
+    """An echo server and @processes clients in turn, each making @conns
+    connections of kind @role."""
     env = dict(reg.env, SMCLO_SHORT_LIVED=short_lived)
     port = free_port()
     srv = procs.start([PY, PEER, "echo", "127.0.0.1", str(port)], env=env)
     wait_port(port, proc=srv)
-    r = reg.run([PY, PEER, role, "127.0.0.1", str(port), str(conns)], env=env, timeout=300)
-    assert r.returncode == 0 and r.stdout.split() == ["bad", "0"], r.stdout + r.stderr
+    for _ in range(processes):
+        r = reg.run([PY, PEER, role, "127.0.0.1", str(port), str(conns)], env=env, timeout=300)
+        assert r.returncode == 0 and r.stdout.split() == ["bad", "0"], r.stdout + r.stderr
     # every connection was decided by the time its echo came back
     return reg.wait_stats(lambda s: s["accelerated_client"] +
-                          s["fallback_by_reason"].get("short-lived", 0) >= conns)
+                          s["fallback_by_reason"].get("short-lived", 0) >= conns * processes)
 
 
 def test_short_connections_stay_on_tcp_while_cpus_are_busy(reg, procs, busy_cpus):
@@ -47,6 +51,15 @@ def test_short_connections_stay_on_tcp_while_cpus_are_busy(reg, procs, busy_cpus
     assert st["accelerated_client"] + short == 300, st
     # the server cannot tell a client that kept TCP from one without smclo
     assert st["fallback_by_reason"].get("peer-no-smclo", 0) == short, st
+
+
+def test_one_connection_processes_learn_from_each_other(reg, procs, busy_cpus):
+    # a shell loop of one-request clients: no process lives to see a streak of its own
+    st = run_clients(reg, procs, "short", 1, "1", processes=24)
+    short = st["fallback_by_reason"].get("short-lived", 0)
+    assert st["accelerated_client"] >= 8, st
+    assert short >= 12, st
+    assert st["accelerated_client"] + short == 24, st
 
 
 def test_connections_that_carry_more_stay_accelerated(reg, procs, busy_cpus):
