@@ -170,7 +170,7 @@ static int drain_one(void)
  */
 static int drain_for(const struct ep *local, const struct ep *peer)
 {
-	uint64_t sent;
+	uint64_t sent = 0;
 	int counted = registry_offers_sent(registry_fd, &sent) == 0;
 
 	if (counted && empty_at_known && sent == empty_at)
@@ -277,10 +277,11 @@ int inbox_send(const struct listener_info *li, const union clc_msg *m,
 	struct clc_out o;
 	struct link *l;
 	char name[48];
+	uint64_t sent;
 	int rc = -1;
 
 	/* an offer nobody can count could be skipped by its server: send none */
-	if (registry_offers_sent(registry_fd, &(uint64_t){ 0 }) < 0)
+	if (registry_offers_sent(registry_fd, &sent) < 0)
 		return -1;
 	inbox_name(name, sizeof(name), li->pid, li->offer.inbox);
 	pthread_mutex_lock(&links_lock);
