@@ -16,6 +16,7 @@
 #include "conn.h"
 #include "registry.h"
 #include "spin.h"
+#include "sys.h"
 
 /*
  * Short: at most two round trips and 16 KiB.  Under load a message through
@@ -26,7 +27,8 @@
 #define SHORT_CALLS    4u
 #define SHORT_BYTES    (16u << 10)
 #define SHORT_STREAK   8u       /* short ones in a row before we believe it */
-#define PROBE_EVERY    256u     /* one connection in this many is tried anyway */
+#define PROBE_EVERY    256u     /* one connection in this many is tried anyway, */
+#define PROBE_GAP_MS   250u     /* and not more often than this: a probe costs a wait */
 
 /* FNV-1a over the address and port; never 0, which marks a free entry. */
 static uint64_t dest_key(const struct ep *dst)
@@ -49,6 +51,28 @@ static struct registry_dest *dest_entry(const struct ep *dst, uint64_t *key)
 	return t ? &t[*key % REGISTRY_DESTS] : NULL;
 }
 
+/*
+ * One connection kept on TCP more; 1 if it should be tried accelerated
+ * instead: after PROBE_EVERY declined and PROBE_GAP_MS since the last probe
+ * (beside busy loops an accelerated connection waits for its peer to be
+ * scheduled, up to milliseconds, so at thousands of connections a second
+ * the count alone would probe too often).  Of processes racing for the
+ * same probe, one wins it.  Any value a peer left here only moves a probe.
+ */
+static int probe_due(struct registry_dest *d)
+{
+	uint32_t now = (uint32_t)mono_now_ms(), last;
+
+	if (atomic_fetch_add_explicit(&d->declined, 1, memory_order_relaxed) + 1 < PROBE_EVERY)
+		return 0;
+	last = atomic_load_explicit(&d->probed_ms, memory_order_relaxed);
+	if (now - last < PROBE_GAP_MS ||
+	    !atomic_compare_exchange_strong(&d->probed_ms, &last, now))
+		return 0;
+	atomic_store_explicit(&d->declined, 0, memory_order_relaxed);
+	return 1;
+}
+
 int payoff_worth_offering(const struct ep *dst)
 {
 	struct registry_dest *d;
@@ -61,8 +85,7 @@ int payoff_worth_offering(const struct ep *dst)
 	if (!d || atomic_load_explicit(&d->key, memory_order_relaxed) != key ||
 	    atomic_load_explicit(&d->streak, memory_order_relaxed) < SHORT_STREAK)
 		return 1;
-	return atomic_fetch_add_explicit(&d->declined, 1, memory_order_relaxed) % PROBE_EVERY ==
-	       PROBE_EVERY - 1;
+	return probe_due(d);
 }
 
 void payoff_record(const struct ep *dst, uint32_t calls, uint64_t bytes)

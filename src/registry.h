@@ -128,6 +128,7 @@ struct registry_dest {
 	_Atomic uint64_t key;           /* hash of the destination; 0: free */
 	_Atomic uint32_t streak;        /* short connections in a row */
 	_Atomic uint32_t declined;      /* kept on TCP since the last probe */
+	_Atomic uint32_t probed_ms;     /* when the last probe went, monotonic ms mod 2^32 */
 };
 struct registry_dest *registry_dests(int dirfd);        /* NULL: no shared page */
 
