@@ -45,8 +45,9 @@ def test_short_connections_stay_on_tcp_while_cpus_are_busy(reg, procs, busy_cpus
     st = run_clients(reg, procs, "short", 300, "1")
     short = st["fallback_by_reason"].get("short-lived", 0)
     # the first ones are accelerated (they teach the client), most of the rest are not,
-    # and a few of those are tried anyway
-    assert st["accelerated_client"] >= 8, st
+    # and a few of those are tried anyway: of 292 kept on TCP the 256th is a probe
+    # (the first probe is never held back by the 250 ms gap)
+    assert st["accelerated_client"] >= 8 + 1, st
     assert short >= 200, st
     assert st["accelerated_client"] + short == 300, st
     # the server cannot tell a client that kept TCP from one without smclo
