@@ -22,14 +22,37 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *const subdirs[] = { "l", "p", "c", "i" };
+static const char *const subdirs[] = { "l", "p", "c", "i", "t" };
 
 /* Files take the directory's permissions: private dirs get private files. */
 static mode_t file_mode = 0600;
+static uid_t dir_owner;
 
 mode_t registry_file_mode(void)
 {
 	return file_mode;
+}
+
+int registry_is_shared(void)
+{
+	return (file_mode & 022) != 0;
+}
+
+int registry_open_mappable(int dirfd, const char *path, uid_t owner)
+{
+	struct stat st;
+	int fd = openat(dirfd, path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+
+	if (fd < 0)
+		return -1;
+	fchmod(fd, file_mode & ~(mode_t)022);   /* readable as the directory says; fails if not ours */
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != owner ||
+	    (st.st_mode & 022)) {
+		sys_close(fd);
+		errno = EPERM;
+		return -1;
+	}
+	return fd;
 }
 
 static int mkdir_checked(const char *path, mode_t mode, int must_be_private,
@@ -69,6 +92,7 @@ int registry_open(const char *dir, int is_default, char *err, size_t errlen)
 		return -1;
 	}
 	file_mode = st.st_mode & 0666;
+	dir_owner = st.st_uid;
 	for (size_t i = 0; i < sizeof(subdirs) / sizeof(subdirs[0]); i++) {
 		/* a shared directory passes its permissions on to what we create */
 		if (mkdirat(dfd, subdirs[i], 0700) == 0)
@@ -112,7 +136,7 @@ int registry_lock_create(int dirfd, const char *sub, const char *name)
 	fd = openat(dirfd, path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -1;
-	fchmod(fd, file_mode);      /* not subject to the umask */
+	fchmod(fd, file_mode & ~(mode_t)022);   /* others read them, only we write */
 	if (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
 		unlinkat(dirfd, path, 0);
 		close(fd);
@@ -406,28 +430,45 @@ struct registry_state {
 
 _Static_assert(sizeof(struct registry_state) <= 4096, "the shared state is one page");
 
-static struct registry_state *state_map(int dirfd)
+/*
+ * In a registry only its owner can write, the page is the file `state2`,
+ * shared by every process.  In one other users write too, anyone of them
+ * could truncate it under our feet (SIGBUS), so nothing there is mapped from
+ * a file: the page is this process's own, the counts are not kept (servers
+ * always look) and what it learns about destinations stays in the process.
+ */
+static void *state_page_new(int dirfd)
 {
-	static struct registry_state *_Atomic mapped;
-	struct registry_state *st = atomic_load(&mapped);
 	struct stat sb;
 	void *p;
 	int fd;
 
-	if (st)
-		return st;
-	fd = openat(dirfd, "state2", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, file_mode);
+	if (registry_is_shared()) {
+		p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		return p == MAP_FAILED ? NULL : p;
+	}
+	fd = registry_open_mappable(dirfd, "state2", dir_owner);
 	if (fd < 0)
 		return NULL;
-	fchmod(fd, file_mode);      /* not subject to the umask; fails harmlessly if not ours */
-	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) ||
-	    (sb.st_size < 4096 && ftruncate(fd, 4096) < 0)) {
+	if (fstat(fd, &sb) < 0 || (sb.st_size < 4096 && ftruncate(fd, 4096) < 0)) {
 		sys_close(fd);
 		return NULL;
 	}
 	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	sys_close(fd);
-	if (p == MAP_FAILED)
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static struct registry_state *state_map(int dirfd)
+{
+	static struct registry_state *_Atomic mapped;
+	struct registry_state *st = atomic_load(&mapped);
+	void *p;
+
+	if (st)
+		return st;
+	p = state_page_new(dirfd);
+	if (!p)
 		return NULL;
 	st = NULL;
 	if (!atomic_compare_exchange_strong(&mapped, &st, (struct registry_state *)p)) {
@@ -443,7 +484,8 @@ int registry_rendezvous_count(int dirfd, int delta)
 
 	if (!st)
 		return -1;
-	atomic_fetch_add(&st->rendezvous_bound, delta);
+	if (!registry_is_shared())
+		atomic_fetch_add(&st->rendezvous_bound, delta);
 	return 0;
 }
 
@@ -451,7 +493,7 @@ int registry_rendezvous_any(int dirfd)
 {
 	struct registry_state *st = state_map(dirfd);
 
-	return !st || atomic_load(&st->rendezvous_bound) != 0;
+	return !st || registry_is_shared() || atomic_load(&st->rendezvous_bound) != 0;
 }
 
 int registry_offers_sent(int dirfd, uint64_t *n)
@@ -460,6 +502,8 @@ int registry_offers_sent(int dirfd, uint64_t *n)
 
 	if (!st)
 		return -1;
+	if (registry_is_shared())
+		return 1;
 	*n = atomic_load(&st->offers_sent);
 	return 0;
 }
@@ -468,7 +512,7 @@ void registry_offer_count(int dirfd)
 {
 	struct registry_state *st = state_map(dirfd);
 
-	if (st)
+	if (st && !registry_is_shared())
 		atomic_fetch_add(&st->offers_sent, 1);
 }
 

@@ -42,6 +42,18 @@ uint64_t registry_random64(void);
 /* Mode for files in the registry (the directory's, without execute bits). */
 mode_t registry_file_mode(void);
 
+/* Whether users other than the registry's owner may write to it (its mode). */
+int registry_is_shared(void);
+
+/*
+ * Open (creating if needed) a file whose pages are going to be mapped
+ * shared: only if it is a regular file owned by @owner that nobody else may
+ * write.  Whoever can write a file can truncate it, and touching a mapping
+ * of a truncated file is a SIGBUS: a peer must not be able to crash us.
+ * Returns an O_RDWR fd, or -1 (EPERM: the file is not safe to map).
+ */
+int registry_open_mappable(int dirfd, const char *path, uid_t owner);
+
 /* Lock files: create @name under @sub and hold an OFD lock; returns fd. */
 int registry_lock_create(int dirfd, const char *sub, const char *name);
 /* 1 if someone holds the lock on @sub/@name, 0 if not, -1 if it is gone. */
@@ -99,7 +111,9 @@ void registry_rendezvous_remove(int dirfd, const char *key);
  * that sees zero after accept() knows nobody waits under p/ for it and skips
  * the lookup.  A client that crashed in between leaves the count above zero,
  * which only costs servers the lookup they would have made anyway; a client
- * that cannot count itself in (no shared page) must not bind one.
+ * that cannot count itself in (no shared page) must not bind one.  In a
+ * shared registry (registry_is_shared) nothing is counted: the page is not
+ * shared (registry.c), counting succeeds doing nothing and servers always look.
  */
 int registry_rendezvous_count(int dirfd, int delta);     /* -1: no shared page */
 int registry_rendezvous_any(int dirfd);
@@ -109,7 +123,8 @@ int registry_rendezvous_any(int dirfd);
  * server that found its inbox empty after reading the count as N, and
  * reads N again after accept(), knows its inbox is still empty and skips
  * the recvmsg().  Only ever a hint: a writer who holds the count still
- * makes clients wait their handshake timeout and stay on TCP.
+ * makes clients wait their handshake timeout and stay on TCP.  Returns 1
+ * in a shared registry: offers are not counted there, servers always read.
  */
 int registry_offers_sent(int dirfd, uint64_t *n);       /* -1: no shared page */
 void registry_offer_count(int dirfd);
@@ -121,7 +136,8 @@ void registry_offer_count(int dirfd);
  * saw.  Direct-mapped by a hash of the destination; any process that may
  * write the registry can rewrite it, which only changes whether a
  * connection is offered acceleration: every field is a number compared
- * with a bound, never an index or a size.
+ * with a bound, never an index or a size.  In a shared registry the page is
+ * the process's own, and so is what it learns.
  */
 #define REGISTRY_DESTS 64
 struct registry_dest {

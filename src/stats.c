@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -29,15 +30,26 @@ static void *map_file(int fd, size_t len)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+/* "t/<uid>": each user's totals, written by nobody else (registry_open_mappable). */
+static void totals_path(char out[REGISTRY_PATH_MAX], uid_t uid)
+{
+	char name[16];
+
+	snprintf(name, sizeof(name), "%u", (unsigned)uid);
+	registry_entry_path(out, "t", name);
+}
+
 struct stats_totals *stats_totals_map(int dirfd)
 {
+	char path[REGISTRY_PATH_MAX];
 	struct stats_totals *t;
 	struct stat st;
-	int fd = openat(dirfd, "stats", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	int fd;
 
+	totals_path(path, geteuid());
+	fd = registry_open_mappable(dirfd, path, geteuid());
 	if (fd < 0)
 		return NULL;
-	fchmod(fd, registry_file_mode());
 	/* whoever grows the file first initialises it; the lock orders the two */
 	{
 		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
@@ -195,12 +207,46 @@ static int is_table_name(const char *n)
 	return n[0] != '.';
 }
 
+/*
+ * Other processes' files are read, never mapped: their owner could truncate
+ * them while we look (a SIGBUS in a mapping, a short read here).  0 when
+ * all @len bytes were there.
+ */
+static int read_whole(int dirfd, const char *path, void *buf, size_t len)
+{
+	size_t got = 0;
+	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+	if (fd < 0)
+		return -1;
+	while (got < len) {
+		ssize_t n = pread(fd, (char *)buf + got, len - got, (off_t)got);
+		if (n <= 0 && !(n < 0 && errno == EINTR))
+			break;
+		if (n > 0)
+			got += (size_t)n;
+	}
+	close(fd);
+	return got == len ? 0 : -1;
+}
+
+/* A copy of table @sub/@name, or NULL.  The caller frees it. */
+static struct stat_table *table_copy(int dirfd, const char *path)
+{
+	struct stat_table *t = malloc(sizeof(*t));
+
+	if (t && (read_whole(dirfd, path, t, sizeof(*t)) < 0 || t->magic != TABLE_MAGIC)) {
+		free(t);
+		t = NULL;
+	}
+	return t;
+}
+
 static int fold_if_dead(int dirfd, const char *sub, const char *name, void *arg)
 {
 	struct stats_totals *tot = arg;
 	char from[300], to[300];
 	struct stat_table *t;
-	int tfd;
 
 	if (!is_table_name(name) || registry_is_locked(dirfd, sub, name) != 0)
 		return 0;
@@ -208,16 +254,12 @@ static int fold_if_dead(int dirfd, const char *sub, const char *name, void *arg)
 	snprintf(to, sizeof(to), "%s/.dead.%d.%s", sub, (int)sys_getpid(), name);
 	if (renameat(dirfd, from, dirfd, to) < 0)
 		return 0;   /* someone else is folding it */
-	tfd = openat(dirfd, to, O_RDWR | O_CLOEXEC);
-	t = tfd >= 0 ? map_file(tfd, sizeof(*t)) : NULL;
-	if (t && t->magic == TABLE_MAGIC)
+	t = table_copy(dirfd, to);
+	if (t)
 		for (uint32_t i = 0; i < TABLE_SLOTS; i++)
 			if (atomic_load(&t->slots[i].in_use))
 				fold(tot, &t->slots[i]);
-	if (t)
-		munmap(t, sizeof(*t));
-	if (tfd >= 0)
-		close(tfd);
+	free(t);
 	unlinkat(dirfd, to, 0);
 	return 0;
 }
@@ -237,22 +279,15 @@ static int visit_table(int dirfd, const char *sub, const char *name, void *arg)
 	struct visit *v = arg;
 	char path[REGISTRY_PATH_MAX];
 	struct stat_table *t;
-	int tfd;
 
 	if (!is_table_name(name) || registry_entry_path(path, sub, name) < 0)
 		return 0;
-	tfd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
-	if (tfd < 0)
-		return 0;
-	t = mmap(NULL, sizeof(*t), PROT_READ, MAP_SHARED, tfd, 0);
-	close(tfd);
-	if (t == MAP_FAILED)
-		return 0;
-	if (t->magic == TABLE_MAGIC)
+	t = table_copy(dirfd, path);
+	if (t)
 		for (uint32_t i = 0; i < TABLE_SLOTS; i++)
 			if (atomic_load(&t->slots[i].in_use))
 				v->fn(&t->slots[i], v->arg);
-	munmap(t, sizeof(*t));
+	free(t);
 	return 0;
 }
 
@@ -263,22 +298,70 @@ void stats_for_each(int dirfd, void (*fn)(const struct stat_slot *, void *), voi
 	registry_for_each(dirfd, "c", visit_table, &v);
 }
 
+/* Every counter of the totals, in one list: resetting and summing walk it. */
+#define TOTALS_COUNTERS_MAX (3 + STATS_REASONS + 14)
+static int totals_counters(struct stats_totals *t, _Atomic uint64_t *c[TOTALS_COUNTERS_MAX])
+{
+	_Atomic uint64_t *scalars[] = {
+		&t->handshake_errors, &t->tx_bytes, &t->rx_bytes, &t->conns_closed,
+		&t->regions_created, &t->regions_reused, &t->bells_sent, &t->bells_skipped,
+		&t->inbox_handshakes, &t->peer_regions_mapped, &t->peer_regions_kept,
+	};
+	int n = 0;
+
+	for (int i = 0; i < 3; i++)
+		c[n++] = &t->accelerated[i];
+	for (int i = 0; i < STATS_REASONS; i++)
+		c[n++] = &t->fallback[i];
+	for (size_t i = 0; i < sizeof(scalars) / sizeof(scalars[0]); i++)
+		c[n++] = scalars[i];
+	return n;
+}
+
 void stats_reset(struct stats_totals *tot)
 {
+	_Atomic uint64_t *c[TOTALS_COUNTERS_MAX];
+	int n = totals_counters(tot, c);
+
 	atomic_store(&tot->reset, (int64_t)time(NULL));
-	for (int i = 0; i < 3; i++)
-		atomic_store(&tot->accelerated[i], 0);
-	for (int i = 0; i < R_COUNT; i++)
-		atomic_store(&tot->fallback[i], 0);
-	atomic_store(&tot->handshake_errors, 0);
-	atomic_store(&tot->tx_bytes, 0);
-	atomic_store(&tot->rx_bytes, 0);
-	atomic_store(&tot->conns_closed, 0);
-	atomic_store(&tot->regions_created, 0);
-	atomic_store(&tot->regions_reused, 0);
-	atomic_store(&tot->bells_sent, 0);
-	atomic_store(&tot->bells_skipped, 0);
-	atomic_store(&tot->inbox_handshakes, 0);
-	atomic_store(&tot->peer_regions_mapped, 0);
-	atomic_store(&tot->peer_regions_kept, 0);
+	for (int i = 0; i < n; i++)
+		atomic_store(c[i], 0);
+}
+
+struct sum {
+	struct stats_totals *out;
+	int files;
+};
+
+static int add_totals(int dirfd, const char *sub, const char *name, void *arg)
+{
+	struct sum *sum = arg;
+	char path[REGISTRY_PATH_MAX];
+	struct stats_totals t;
+	_Atomic uint64_t *from[TOTALS_COUNTERS_MAX], *to[TOTALS_COUNTERS_MAX];
+	int n;
+
+	if (registry_entry_path(path, sub, name) < 0 ||
+	    read_whole(dirfd, path, &t, sizeof(t)) < 0 ||
+	    t.magic != STATS_MAGIC || t.version != STATS_VERSION)
+		return 0;
+	n = totals_counters(&t, from);
+	totals_counters(sum->out, to);
+	for (int i = 0; i < n; i++)
+		atomic_fetch_add(to[i], atomic_load(from[i]));
+	/* since the latest reset, every connection is in the sum */
+	if (sum->files++ == 0 || t.reset > sum->out->reset)
+		sum->out->reset = t.reset;
+	return 0;
+}
+
+int stats_totals_sum(int dirfd, struct stats_totals *out)
+{
+	struct sum sum = { out, 0 };
+
+	memset(out, 0, sizeof(*out));
+	out->magic = STATS_MAGIC;
+	out->version = STATS_VERSION;
+	registry_for_each(dirfd, "t", add_totals, &sum);
+	return sum.files;
 }

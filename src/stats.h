@@ -73,8 +73,16 @@ struct stats_totals {
 
 _Static_assert(R_COUNT <= STATS_REASONS, "stats_totals.fallback has no room for every reason");
 
-/* Map the totals file, creating it if needed.  NULL on failure. */
+/*
+ * Map this user's totals file (t/<uid>), creating it if needed: each user
+ * counts in a file of its own that nobody else may write, so that no other
+ * user can truncate it under us (registry_open_mappable).  NULL on failure:
+ * not safe to map, or laid out by another smclo version.
+ */
 struct stats_totals *stats_totals_map(int dirfd);
+/* The totals of every user of the registry, added up (read, not mapped);
+ * `reset` is the latest reset among them.  Returns how many files. */
+int stats_totals_sum(int dirfd, struct stats_totals *out);
 
 /* This process's table (created and locked on first use; NULL on failure). */
 struct stat_table *stats_table(int dirfd, char *name_out, size_t len);
@@ -85,7 +93,8 @@ struct stat_slot *stats_slot_alloc(struct stat_table *t, int fd, int role);
 void stats_slot_decide(struct stats_totals *tot, struct stat_slot *s, int mode, int reason);
 void stats_slot_release(struct stats_totals *tot, struct stat_slot *s);
 
-/* Fold tables of dead processes into the totals and remove them. */
+/* Fold tables of dead processes into @tot and remove them.  Tables of
+ * other processes are read, never mapped (their owner may truncate them). */
 void stats_collect_dead(int dirfd, struct stats_totals *tot);
 
 /* Visit every live slot (for `smclo stat`). */

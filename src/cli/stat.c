@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *const mode_names[] = { "pending", "shm", "tcp" };
 
@@ -28,8 +29,10 @@ static int open_registry(struct smclo_config *c, int *dirfd, struct stats_totals
 		return usage_error("%s", err);
 	*tot = stats_totals_map(*dirfd);
 	if (!*tot)
-		return usage_error("registry %s: cannot map the stats file (one written by another "
-		                   "smclo version is not read: remove %s/stats)", c->dir, c->dir);
+		return usage_error("registry %s: cannot use %s/t/%u, this user's totals (it must be "
+		                   "a file of this user's that nobody else may write, laid out by "
+		                   "this smclo version: remove it)", c->dir, c->dir,
+		                   (unsigned)geteuid());
 	stats_collect_dead(*dirfd, *tot);
 	registry_gc(*dirfd);
 	return 0;
@@ -113,18 +116,19 @@ int cmd_stat(int argc, char **argv)
 int cmd_stats(int argc, char **argv)
 {
 	struct smclo_config c;
-	struct stats_totals *t;
+	struct stats_totals *mine, sum, *t = &sum;
 	int json = 0, reset = 0, dirfd, rc;
 	uint64_t fallbacks = 0;
 
 	if ((rc = parse_flags(argc, argv, &json, &reset, "stats")) ||
-	    (rc = open_registry(&c, &dirfd, &t)))
+	    (rc = open_registry(&c, &dirfd, &mine)))
 		return rc;
 	if (reset) {
-		stats_reset(t);
+		stats_reset(mine);      /* others' totals are theirs to reset */
 		if (!json)
 			printf("smclo: totals reset\n");
 	}
+	stats_totals_sum(dirfd, &sum);
 	for (int r = 1; r < R_COUNT; r++)
 		fallbacks += t->fallback[r];
 	if (json) {

@@ -139,7 +139,7 @@ def test_disable(reg, procs):
     srv = procs.start([PY, PEER, "echo", "127.0.0.1", str(port)], env)
     wait_port(port, proc=srv)
     send_and_check(reg, port, env=env)
-    assert not (reg.path / "stats").exists() or reg.stats()["accelerated"] == 0
+    assert not (reg.path / "t").exists() or reg.stats()["accelerated"] == 0
     assert reg.entries("l") == []
 
 
