@@ -5,7 +5,8 @@
  *
  * The memory is the registry's shared page (registry_dests), so every
  * process of the registry learns from the others: a new process's first
- * connections are judged by what its predecessors saw.  Touched once per
+ * connections are judged by what its predecessors saw (in a registry shared
+ * between users, the page is the process's own: registry.h).  Touched once per
  * connect() on a busy machine and once per close of an accelerated client
  * connection: never on the data path.  Plain atomics, no lock: a lost
  * update between two processes only shifts a streak by one.

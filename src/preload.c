@@ -127,6 +127,10 @@ __attribute__((constructor)) static void smclo_init(void)
 	}
 	registry_fd = fd_hide(registry_fd);
 	totals = stats_totals_map(registry_fd);
+	if (!totals)
+		fprintf(stderr, "smclo: registry %s: t/%u must be " STATS_TOTALS_RULE "; this "
+		        "process's connections are not counted in `smclo stats`\n",
+		        cfg.dir, (unsigned)geteuid());
 	pthread_atfork(NULL, NULL, after_fork_child);
 	smclo_active = 1;
 	DBG("active, registry %s, ring %u, handshake %d ms", cfg.dir, cfg.tx_size, cfg.handshake_ms);

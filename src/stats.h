@@ -80,6 +80,9 @@ _Static_assert(R_COUNT <= STATS_REASONS, "stats_totals.fallback has no room for 
  * not safe to map, or laid out by another smclo version.
  */
 struct stats_totals *stats_totals_map(int dirfd);
+/* What stats_totals_map needs, for messages when it fails. */
+#define STATS_TOTALS_RULE "a file of this user's that nobody else may write, " \
+                          "laid out by this smclo version"
 /* The totals of every user of the registry, added up (read, not mapped);
  * `reset` is the latest reset among them.  Returns how many files. */
 int stats_totals_sum(int dirfd, struct stats_totals *out);

@@ -29,9 +29,8 @@ static int open_registry(struct smclo_config *c, int *dirfd, struct stats_totals
 		return usage_error("%s", err);
 	*tot = stats_totals_map(*dirfd);
 	if (!*tot)
-		return usage_error("registry %s: cannot use %s/t/%u, this user's totals (it must be "
-		                   "a file of this user's that nobody else may write, laid out by "
-		                   "this smclo version: remove it)", c->dir, c->dir,
+		return usage_error("registry %s: cannot use %s/t/%u for this user's totals: it "
+		                   "must be " STATS_TOTALS_RULE " (remove it)", c->dir, c->dir,
 		                   (unsigned)geteuid());
 	stats_collect_dead(*dirfd, *tot);
 	registry_gc(*dirfd);

@@ -128,6 +128,17 @@ def reg(tmp_path):
 
 
 @pytest.fixture
+def shared_dir():
+    """A registry directory every user can reach (pytest's own tmp is 0700)."""
+    import shutil
+    import tempfile
+    d = tempfile.mkdtemp(prefix="smclo-shared-", dir="/tmp")
+    os.chmod(d, 0o777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
 def procs():
     p = Procs()
     yield p

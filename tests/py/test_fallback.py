@@ -92,17 +92,6 @@ def test_io_uring_peer_declines(reg, procs):
     assert st["fallback_by_reason"]["io-uring"] == 2, st
 
 
-@pytest.fixture
-def shared_dir():
-    """A registry directory every user can reach (pytest's own tmp is 0700)."""
-    import shutil
-    import tempfile
-    d = tempfile.mkdtemp(prefix="smclo-shared-", dir="/tmp")
-    os.chmod(d, 0o777)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
 def test_different_user_declined_unless_allowed(shared_dir, procs):
     """A shared registry, a server as root and a client as nobody."""
     assert os.geteuid() == 0, "this test runs a second user and needs root (CI is root)"

@@ -135,3 +135,73 @@ def test_client_sends_unsound_offer(reg, procs, attack, word, reason):
     assert r.returncode == 0 and out[0] == expect and out[1] == "echo hello", r.stdout + r.stderr
     assert reg.stats()["fallback_by_reason"][reason] == 1
     assert still_serves(reg, port) and srv.poll() is None
+
+
+SQUATTER = r"""
+import os, sys, time
+reg, secs = sys.argv[1], float(sys.argv[2])
+# take first the names smclo would map: files of ours that anyone may write
+os.makedirs(os.path.join(reg, "t"), exist_ok=True)
+os.chmod(os.path.join(reg, "t"), 0o777)     # as smclo makes it in a registry open to all
+for name in ("state2", "t/0"):
+    fd = os.open(os.path.join(reg, name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+    os.fchmod(fd, 0o666)
+    os.ftruncate(fd, 1 << 16)
+    os.close(fd)
+print("ready", flush=True)
+cut, end = set(), time.time() + secs
+while time.time() < end:
+    for top, _, files in os.walk(reg):
+        for f in files:
+            path = os.path.join(top, f)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue        # not ours to write, or a socket
+            try:
+                os.ftruncate(fd, 0)
+                cut.add(os.path.relpath(path, reg))
+            finally:
+                os.close(fd)
+print("cut", *sorted(cut), flush=True)
+"""
+
+
+def test_other_user_cannot_truncate_what_we_map(shared_dir, procs):
+    """Whoever may write a file can truncate it, and touching a mapping of a
+    truncated file is a SIGBUS.  A third user who may write the shared
+    registry takes first the names smclo maps and truncates every file it
+    can, all the time, while root's server and nobody's clients talk: no one
+    crashes, every connection is accelerated, the only files it could cut
+    are its own, and root's smclo says why it does not count."""
+    assert os.geteuid() == 0, "this test runs other users and needs root (CI is root)"
+    from conftest import Registry, SMCLO, TESTBIN
+    import json
+    reg = Registry(shared_dir)
+    env = dict(reg.env, SMCLO_ALLOW_UIDS="*")
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    as_daemon = ["setpriv", "--reuid=daemon", "--regid=daemon", "--clear-groups"]
+    stress = str(TESTBIN / "stress")
+
+    squat = procs.start(as_daemon + [PY, "-c", SQUATTER, shared_dir, "6"], env, smclo=False,
+                        text=True)
+    assert squat.stdout.readline().strip() == "ready"
+    port = free_port()
+    srv = procs.start([stress, "server", str(port), "lt"], env, text=True)
+    wait_port(port, proc=srv)
+    for seed in range(5):
+        r = subprocess.run(as_nobody + [SMCLO, "run", "--", stress, "client", str(port), "2",
+                                        "3", str(seed)], env=env, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0 and "mismatches=0" in r.stdout, r.stdout + r.stderr
+    assert srv.poll() is None, srv.stderr.read()
+    assert squat.communicate(timeout=30)[0].split() == ["cut", "state2", "t/0"]
+
+    r = subprocess.run([SMCLO, "stats"], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "/t/0 for this user's totals" in r.stderr, r.stderr
+    procs.stop(srv)
+    assert "t/0 must be a file of this user's" in srv.stderr.read()
+    r = subprocess.run(as_nobody + [SMCLO, "stats", "--json"], env=env, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["accelerated_client"] == 30, r.stdout
