@@ -82,9 +82,12 @@ int ep_ip_from_hex(struct ep *e, const char *hex)
 
 void ep_format(const struct ep *e, char *out, size_t len)
 {
+	static const struct ep unknown;
 	char ip[INET6_ADDRSTRLEN];
 
-	if (ep_is_v4(e)) {
+	if (!memcmp(e, &unknown, sizeof(*e)))
+		snprintf(out, len, "-");        /* not asked of the kernel */
+	else if (ep_is_v4(e)) {
 		inet_ntop(AF_INET, e->ip + 12, ip, sizeof(ip));
 		snprintf(out, len, "%s:%u", ip, e->port);
 	} else {

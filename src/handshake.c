@@ -346,6 +346,8 @@ static int client_precheck(struct client *cl)
 {
 	if (registry_fd < 0)
 		return R_NO_REGISTRY;
+	if (registry_port_unlistened(registry_fd, cl->dst.port))
+		return R_PEER_NO_SMCLO;         /* known without a system call */
 	cl->netns = netns_cookie(cl->fd);
 	registry_listener_find(registry_fd, &cl->dst, cl->netns, &cl->listener);
 	switch (cl->listener.m) {
@@ -529,11 +531,17 @@ static void client_install(struct client *cl, int s, struct shm_parts *p)
 	conn_shm(cl->fd, tcp, ROLE_CLIENT, p, &cl->src, &cl->dst, domain, (fl & O_NONBLOCK) != 0);
 }
 
+/*
+ * The connection stays on TCP, listed with why.  Where nobody listens
+ * through smclo (the common case of a client of some other server) the
+ * local address is not asked of the kernel: a system call per connection,
+ * 1.5-2% of the connection's CPU, for a column of `smclo stat` ("-").
+ */
 static int client_fallback(struct client *cl, int reason)
 {
 	struct ep peer = cl->dst;
 
-	if (cl->src.port == 0)
+	if (cl->src.port == 0 && reason != R_PEER_NO_SMCLO)
 		ep_of_socket(cl->fd, 0, &cl->src);
 	DBG("connect fd %d: tcp (%s)", cl->fd, reason_text(reason));
 	conn_tcp(cl->fd, ROLE_CLIENT, reason, &cl->src, &peer);

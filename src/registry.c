@@ -28,6 +28,10 @@ static const char *const subdirs[] = { "l", "p", "c", "i", "t" };
 static mode_t file_mode = 0600;
 static uid_t dir_owner;
 
+static int listeners_added(int dirfd, uint64_t *n);
+static void listeners_count(int dirfd);
+static void port_note_unlistened(uint16_t port, uint64_t added);
+
 mode_t registry_file_mode(void)
 {
 	return file_mode;
@@ -184,7 +188,11 @@ int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsi
 	         (unsigned long long)netns, ip, flags, (int)sys_getpid(),
 	         (unsigned long long)offer->inbox, offer->tx_size, offer->rx_max,
 	         (unsigned long long)(registry_random64() & 0xffffffffu));
-	return registry_lock_create(dirfd, "l", name);
+	int lock = registry_lock_create(dirfd, "l", name);
+
+	if (lock >= 0)
+		listeners_count(dirfd);         /* after the entry exists: see registry_port_unlistened */
+	return lock;
 }
 
 struct listener_name {
@@ -332,6 +340,8 @@ void registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns,
 {
 	struct find_state f = { .dst = dst, .my_netns = my_netns, .info = info };
 	long long now = clock_ns(CLOCK_MONOTONIC), scan_start;
+	uint64_t added = 0;
+	int counted;
 	struct stat st;
 	int have_mtime = fstatat(dirfd, "l", &st, 0) == 0;
 
@@ -345,7 +355,10 @@ void registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns,
 		}
 	pthread_mutex_unlock(&lookup_lock);
 	scan_start = clock_ns(CLOCK_REALTIME);
+	counted = listeners_added(dirfd, &added) == 0;     /* read before the scan */
 	registry_for_each(dirfd, "l", match_listener, &f);
+	if (counted && info->m == LM_NONE)
+		port_note_unlistened(dst->port, added);
 	if (info->m != LM_SAME_NETNS)
 		info->exclusive = 0;    /* the acceptor may be in another namespace */
 	/* our own scan may have removed dead entries: look at l/ again */
@@ -425,13 +438,14 @@ static int socket_bind(int dirfd, const char *sub, const char *key)
 struct registry_state {
 	_Atomic int64_t rendezvous_bound;
 	_Atomic uint64_t offers_sent;
+	_Atomic uint64_t listeners_added;
 	struct registry_dest dests[REGISTRY_DESTS];
 };
 
 _Static_assert(sizeof(struct registry_state) <= 4096, "the shared state is one page");
 
 /*
- * In a registry only its owner can write, the page is the file `state2`,
+ * In a registry only its owner can write, the page is the file `state3`,
  * shared by every process.  In one other users write too, anyone of them
  * could truncate it under our feet (SIGBUS), so nothing there is mapped from
  * a file: the page is this process's own, the counts are not kept (servers
@@ -447,7 +461,7 @@ static void *state_page_new(int dirfd)
 		p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		return p == MAP_FAILED ? NULL : p;
 	}
-	fd = registry_open_mappable(dirfd, "state2", dir_owner);
+	fd = registry_open_mappable(dirfd, "state3", dir_owner);
 	if (fd < 0)
 		return NULL;
 	if (fstat(fd, &sb) < 0 || (sb.st_size < 4096 && ftruncate(fd, 4096) < 0)) {
@@ -514,6 +528,47 @@ void registry_offer_count(int dirfd)
 
 	if (st && !registry_is_shared())
 		atomic_fetch_add(&st->offers_sent, 1);
+}
+
+static int listeners_added(int dirfd, uint64_t *n)
+{
+	struct registry_state *st = state_map(dirfd);
+
+	if (!st || registry_is_shared())
+		return -1;
+	*n = atomic_load(&st->listeners_added);
+	return 0;
+}
+
+static void listeners_count(int dirfd)
+{
+	struct registry_state *st = state_map(dirfd);
+
+	if (st && !registry_is_shared())
+		atomic_fetch_add(&st->listeners_added, 1);
+}
+
+/*
+ * Ports this process found no listener entry for, each with the count of
+ * listeners added when it looked ((count + 1) << 16 | port; 0: nothing).
+ * Direct-mapped and lock-free: a lost entry only costs a scan.
+ */
+#define UNLISTENED_PORTS 64
+static _Atomic uint64_t unlistened[UNLISTENED_PORTS];
+
+static void port_note_unlistened(uint16_t port, uint64_t added)
+{
+	atomic_store_explicit(&unlistened[port % UNLISTENED_PORTS], (added + 1) << 16 | port,
+	                      memory_order_relaxed);
+}
+
+int registry_port_unlistened(int dirfd, uint16_t port)
+{
+	uint64_t added;
+
+	return listeners_added(dirfd, &added) == 0 &&
+	       atomic_load_explicit(&unlistened[port % UNLISTENED_PORTS], memory_order_relaxed) ==
+	       ((added + 1) << 16 | port);
 }
 
 struct registry_dest *registry_dests(int dirfd)

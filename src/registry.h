@@ -7,9 +7,10 @@
  *   i/<pid>.<inbox>                              a listening process's inbox
  *   p/<dstport>-<srcport>-<dstip>                a client's rendezvous socket
  *   c/<pid>.<rand>                                a process's connection table
- *   stats                                         totals since creation/reset
- *   state2                                        shared counters (rendezvous bound, offers
- *                                                 sent) and what connections to a destination were like
+ *   t/<uid>                                       a user's totals since creation/reset
+ *   state3                                        shared counters (rendezvous bound, offers
+ *                                                 sent, listeners added) and what connections
+ *                                                 to a destination were like
  *
  * Liveness is an open-file-description lock held by the owner: it is
  * inherited over fork, released by the kernel when the last holder exits,
@@ -87,6 +88,17 @@ struct listener_info {
 };
 void registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns,
                             struct listener_info *info);
+/*
+ * 1 if this process's last look found no listener entry at all on @port
+ * and no listener has been added to the registry since: the answer
+ * registry_listener_find would give (LM_NONE), without a system call.  The
+ * registry's shared page counts listeners added, after each entry is made;
+ * a look reads the count before it lists l/, so a listener added during the
+ * look moves the count past what the answer was stored with.  Always 0 in a
+ * shared registry (nothing is counted there).  A writer who holds the count
+ * still keeps clients on TCP (lossless), like every count in that page.
+ */
+int registry_port_unlistened(int dirfd, uint16_t port);
 
 /*
  * Rendezvous: before its SYN leaves, a client binds an AF_UNIX datagram
@@ -106,7 +118,7 @@ ssize_t registry_rendezvous_send(int pathfd, int sock, struct msghdr *mh);
 void registry_rendezvous_remove(int dirfd, const char *key);
 /*
  * How many clients have a rendezvous bound, kept in the registry's shared
- * `state2` page: a client counts itself in before it binds and out after it
+ * `state3` page: a client counts itself in before it binds and out after it
  * removed the socket, before its SYN and after its decision, so a server
  * that sees zero after accept() knows nobody waits under p/ for it and skips
  * the lookup.  A client that crashed in between leaves the count above zero,

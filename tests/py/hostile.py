@@ -211,7 +211,7 @@ def count_in_state(reg, offset, delta):
     clients count themselves in before binding a rendezvous, and count an
     offer once it is queued in an inbox; servers skip the lookup or the
     inbox while the counts say there is nothing for them."""
-    fd = os.open(os.path.join(reg, "state2"), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(os.path.join(reg, "state3"), os.O_RDWR | os.O_CREAT, 0o600)
     if os.fstat(fd).st_size < 4096:
         os.ftruncate(fd, 4096)
     with mmap.mmap(fd, 4096) as m:

@@ -143,7 +143,7 @@ reg, secs = sys.argv[1], float(sys.argv[2])
 # take first the names smclo would map: files of ours that anyone may write
 os.makedirs(os.path.join(reg, "t"), exist_ok=True)
 os.chmod(os.path.join(reg, "t"), 0o777)     # as smclo makes it in a registry open to all
-for name in ("state2", "t/0"):
+for name in ("state3", "t/0"):
     fd = os.open(os.path.join(reg, name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
     os.fchmod(fd, 0o666)
     os.ftruncate(fd, 1 << 16)
@@ -195,7 +195,7 @@ def test_other_user_cannot_truncate_what_we_map(shared_dir, procs):
                            text=True, timeout=60)
         assert r.returncode == 0 and "mismatches=0" in r.stdout, r.stdout + r.stderr
     assert srv.poll() is None, srv.stderr.read()
-    assert squat.communicate(timeout=30)[0].split() == ["cut", "state2", "t/0"]
+    assert squat.communicate(timeout=30)[0].split() == ["cut", "state3", "t/0"]
 
     r = subprocess.run([SMCLO, "stats"], env=env, capture_output=True, text=True)
     assert r.returncode == 2 and "/t/0 for this user's totals" in r.stderr, r.stderr
