@@ -180,6 +180,7 @@ int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsi
 {
 	char name[200], ip[33];
 	struct listener_offer none = { 0 };
+	int lock;
 
 	if (!offer)
 		offer = &none;
@@ -188,8 +189,7 @@ int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsi
 	         (unsigned long long)netns, ip, flags, (int)sys_getpid(),
 	         (unsigned long long)offer->inbox, offer->tx_size, offer->rx_max,
 	         (unsigned long long)(registry_random64() & 0xffffffffu));
-	int lock = registry_lock_create(dirfd, "l", name);
-
+	lock = registry_lock_create(dirfd, "l", name);
 	if (lock >= 0)
 		listeners_count(dirfd);         /* after the entry exists: see registry_port_unlistened */
 	return lock;

@@ -309,6 +309,8 @@ static int totals_counters(struct stats_totals *t, _Atomic uint64_t *c[TOTALS_CO
 	};
 	int n = 0;
 
+	_Static_assert(3 + STATS_REASONS + sizeof(scalars) / sizeof(scalars[0]) <=
+	               TOTALS_COUNTERS_MAX, "TOTALS_COUNTERS_MAX is too small");
 	for (int i = 0; i < 3; i++)
 		c[n++] = &t->accelerated[i];
 	for (int i = 0; i < STATS_REASONS; i++)
