@@ -165,16 +165,28 @@ static int drain_one(void)
 }
 
 /*
+ * Whether no offer was sent to any inbox since ours was last found empty
+ * (the registry's count has not moved); the count read, and whether there
+ * is one, go to @sent and @counted.  Lock held.
+ */
+static int still_empty(uint64_t *sent, int *counted)
+{
+	*sent = 0;
+	*counted = registry_offers_sent(registry_fd, sent) == 0;
+	return *counted && empty_at_known && *sent == empty_at;
+}
+
+/*
  * Read the inbox until the offer for @local <- @peer comes, or the inbox is
  * empty (remembering the count of offers sent at that moment).  Lock held.
  */
 static int drain_for(const struct ep *local, const struct ep *peer)
 {
-	uint64_t sent = 0;
-	int counted = registry_offers_sent(registry_fd, &sent) == 0;
+	uint64_t sent;
+	int counted;
 
-	if (counted && empty_at_known && sent == empty_at)
-		return -1;      /* nothing was sent to any inbox since ours was empty */
+	if (still_empty(&sent, &counted))
+		return -1;
 	for (int n = 0; n < DRAIN_MAX; n++) {
 		int i = drain_one();
 		if (i == -2) {
@@ -186,6 +198,18 @@ static int drain_for(const struct ep *local, const struct ep *peer)
 			return i;
 	}
 	return -1;
+}
+
+int inbox_may_hold_offer(void)
+{
+	uint64_t sent;
+	int counted, may;
+
+	pthread_mutex_lock(&inbox_lock);
+	forget_parents_inbox();
+	may = inbox_sock >= 0 && (stash_n > 0 || !still_empty(&sent, &counted));
+	pthread_mutex_unlock(&inbox_lock);
+	return may;
 }
 
 int inbox_take(const struct ep *local, const struct ep *peer, union clc_msg *m,

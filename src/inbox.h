@@ -58,6 +58,12 @@ enum { OFFER_FD_TCP, OFFER_FD_PAIR, OFFER_FD_REGION, OFFER_FDS };
 uint64_t inbox_id(void);
 
 /*
+ * 0 when no offer can be waiting here: none stashed, and none sent to any
+ * inbox since this one was last found empty.  1 when one may be.
+ */
+int inbox_may_hold_offer(void);
+
+/*
  * The offer for the accepted connection @local <- @peer, if its client sent
  * one here: the message and its descriptors (the caller closes them).  The
  * offered TCP socket's addresses are the mirror of @local and @peer.

@@ -1,8 +1,8 @@
 """What accepting a plain (non-smclo) client costs an smclo server: no
 system call beyond its own.  The registry counts the offers clients send,
 so a server whose inbox was empty reads it again only when that count has
-moved (inbox.c), and the peer's address comes with the accept itself
-(preload.c) - yet an smclo client arriving later is still accelerated
+moved (inbox.c), the peer's address comes with the accept itself
+(preload.c) and its own is not asked (handshake.c, hs_accept) - yet an smclo client arriving later is still accelerated
 through the inbox."""
 import os
 import subprocess
@@ -21,7 +21,7 @@ def test_plain_clients_cost_the_server_no_inbox_read(reg, procs, tmp_path):
     port = free_port()
     trace = tmp_path / "server.strace"
     srv = procs.start(["strace", "-f", "-qq", "-o", str(trace), "-e",
-                       "trace=recvmsg,getpeername,accept4", PY, PEER, "echo", "127.0.0.1",
+                       "trace=recvmsg,getpeername,getsockname,accept4", PY, PEER, "echo", "127.0.0.1",
                        str(port)], env=reg.env)
     wait_port(port, proc=srv)
     plain = subprocess.run([PY, PEER, "short", "127.0.0.1", str(port), "50"],
@@ -32,6 +32,9 @@ def test_plain_clients_cost_the_server_no_inbox_read(reg, procs, tmp_path):
     # the first accept finds the inbox empty once; the other 49 do not look
     assert calls(trace, "recvmsg") <= 1, open(trace).read()
     assert calls(trace, "getpeername") == 0, open(trace).read()
+    # nor its own address: Python asks it once per accepted socket, the
+    # listener's announcement twice, smclo's first accept (inbox unread) once
+    assert calls(trace, "getsockname") <= accepted + 3, open(trace).read()
 
     # an offer moves the count: the server reads its inbox and takes it
     r = reg.run([PY, PEER, "short", "127.0.0.1", str(port), "3"])
