@@ -32,11 +32,6 @@ static int listeners_added(int dirfd, uint64_t *n);
 static void listeners_count(int dirfd);
 static void port_note_unlistened(uint16_t port, uint64_t added);
 
-mode_t registry_file_mode(void)
-{
-	return file_mode;
-}
-
 int registry_is_shared(void)
 {
 	return (file_mode & 022) != 0;

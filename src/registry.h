@@ -40,9 +40,6 @@ int registry_open(const char *dir, int is_default, char *err, size_t errlen);
 /* 64 random bits (getrandom, else pid and time): names, not secrets. */
 uint64_t registry_random64(void);
 
-/* Mode for files in the registry (the directory's, without execute bits). */
-mode_t registry_file_mode(void);
-
 /* Whether users other than the registry's owner may write to it (its mode). */
 int registry_is_shared(void);
 
