@@ -11,13 +11,14 @@
  * accelerated than on TCP.
  *
  * So clients remember, per destination and in the registry's shared page
- * (every process of the registry adds to and reads the same memory),
+ * (every process of the registry adds to and reads the same memory; in a
+ * registry shared between users each process keeps its own, registry.h),
  * whether the recent connections there were short (a few calls, little
- * data).  After SHORT_STREAK short ones in a row, while the CPUs are oversubscribed, the next connections to
- * it stay on TCP with the reason `short-lived` - except one in PROBE_EVERY
- * (and at most one every PROBE_GAP_MS), which is accelerated to learn
- * whether the pattern changed.  The kernel's
- * SMC does the same under handshake congestion (limit_smc_hs).
+ * data).  After SHORT_STREAK short ones in a row, while the CPUs are
+ * oversubscribed, the next connections to it stay on TCP with the reason
+ * `short-lived` - except one in PROBE_EVERY (and at most one every
+ * PROBE_GAP_MS), which is accelerated to learn whether the pattern changed.
+ * The kernel's SMC does the same under handshake congestion (limit_smc_hs).
  * SMCLO_SHORT_LIVED=0 accelerates every connection regardless.
  */
 #ifndef SMCLO_PAYOFF_H
