@@ -15,7 +15,7 @@
  * registry shared between users each process keeps its own, registry.h),
  * whether the recent connections there were short (a few calls, little
  * data).  After SHORT_STREAK short ones in a row, while the CPUs are
- * oversubscribed, the next connections to it stay on TCP with the reason
+ * oversubscribed or the process may run on one CPU only, the next connections to it stay on TCP with the reason
  * `short-lived` - except one in PROBE_EVERY (and at most one every
  * PROBE_GAP_MS), which is accelerated to learn whether the pattern changed.
  * The kernel's SMC does the same under handshake congestion (limit_smc_hs).

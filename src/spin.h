@@ -5,7 +5,8 @@
  * kernel costs 10-15 us, far more than the copy a reader or writer is usually
  * waiting for.  So a blocking reader (or a writer facing a full ring) watches
  * the ring for up to SPIN_NS first.  Doorbells are still sent, so readiness
- * stays exact; they just need not wake anybody.  Never on a single CPU, never
+ * stays exact; they just need not wake anybody.  Never on a single CPU (or
+ * when the process may run on only one), never
  * for a non-blocking descriptor (which must return at once), and never while
  * more tasks are runnable than there are CPUs.
  */
@@ -40,15 +41,16 @@ int spin_poll(int fd, short events);
 
 /*
  * For waiters that watch many things at once (watch.c): the end of a spin
- * starting now, or 0 when spinning does not pay (one CPU, or more runnable
- * tasks than CPUs); and the monotonic clock the deadline is measured on.
+ * starting now, or 0 when spinning does not pay (one CPU allowed, or more
+ * runnable tasks than CPUs); and the monotonic clock the deadline is measured on.
  */
 long long spin_deadline(void);
 long long spin_now(void);
 
 /*
- * Clearly more runnable tasks than CPUs right now (sampled at most every 50 ms)?
- * Then CPU time, not waiting, is what a connection costs (payoff.h).
+ * Clearly more runnable tasks than CPUs right now (sampled at most every 50 ms),
+ * or only one CPU allowed?  Then CPU time, not waiting, is what a connection
+ * costs (payoff.h).
  */
 int cores_busy(void);
 

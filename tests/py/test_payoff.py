@@ -1,5 +1,5 @@
-"""Short-lived connections stay on TCP while the CPUs are oversubscribed
-(payoff.h): with more busy loops than CPUs, a client whose connections to a
+"""Short-lived connections stay on TCP while the CPUs are oversubscribed,
+or the processes may run on one CPU only (payoff.h): with more busy loops than CPUs, a client whose connections to a
 server each carry one small round trip stops offering after a few, says why
 (`short-lived`), and keeps trying one now and then; what the clients learn
 is shared through the registry, so processes that make one connection each
@@ -26,15 +26,17 @@ def busy_cpus(procs):
         procs.stop(h)
 
 
-def run_clients(reg, procs, role, conns, short_lived, processes=1):
+def run_clients(reg, procs, role, conns, short_lived, processes=1, prefix=()):
     """An echo server and @processes clients in turn, each making @conns
-    connections of kind @role."""
+    connections of kind @role; both run under @prefix (a command such as
+    taskset)."""
     env = dict(reg.env, SMCLO_SHORT_LIVED=short_lived)
     port = free_port()
-    srv = procs.start([PY, PEER, "echo", "127.0.0.1", str(port)], env=env)
+    srv = procs.start([*prefix, PY, PEER, "echo", "127.0.0.1", str(port)], env=env)
     wait_port(port, proc=srv)
     for _ in range(processes):
-        r = reg.run([PY, PEER, role, "127.0.0.1", str(port), str(conns)], env=env, timeout=300)
+        r = reg.run([*prefix, PY, PEER, role, "127.0.0.1", str(port), str(conns)], env=env,
+                    timeout=300)
         assert r.returncode == 0 and r.stdout.split() == ["bad", "0"], r.stdout + r.stderr
     # every connection was decided by the time its echo came back
     return reg.wait_stats(lambda s: s["accelerated_client"] +
@@ -52,6 +54,16 @@ def test_short_connections_stay_on_tcp_while_cpus_are_busy(reg, procs, busy_cpus
     assert st["accelerated_client"] + short == 300, st
     # the server cannot tell a client that kept TCP from one without smclo
     assert st["fallback_by_reason"].get("peer-no-smclo", 0) == short, st
+
+
+def test_short_connections_stay_on_tcp_on_one_allowed_cpu(reg, procs):
+    # no busy loops: a client and server pinned to one CPU (a container's
+    # cpuset) pay every connection's extra CPU one after the other
+    st = run_clients(reg, procs, "short", 100, "1", prefix=("taskset", "-c", "0"))
+    short = st["fallback_by_reason"].get("short-lived", 0)
+    assert st["accelerated_client"] >= 8, st
+    assert short >= 80, st
+    assert st["accelerated_client"] + short == 100, st
 
 
 def test_one_connection_processes_learn_from_each_other(reg, procs, busy_cpus):
