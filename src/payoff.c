@@ -15,8 +15,8 @@
 
 #include "config.h"
 #include "conn.h"
+#include "cpus.h"
 #include "registry.h"
-#include "spin.h"
 #include "sys.h"
 
 /*
@@ -80,7 +80,7 @@ int payoff_worth_offering(const struct ep *dst)
 	uint64_t key;
 
 	/* the busy check first: an idle machine's connect() reads nothing shared */
-	if (!cfg.short_lived || !cores_busy())
+	if (!cfg.short_lived || !cpus_busy())
 		return 1;
 	d = dest_entry(dst, &key);
 	if (!d || atomic_load_explicit(&d->key, memory_order_relaxed) != key ||

@@ -132,7 +132,7 @@ static int spin(struct pollfd *fds, nfds_t n, const struct polled *p, int k)
 
 	if (!until)
 		return 0;
-	for (next = spin_now() + KERNEL_LOOK_NS;;) {
+	for (next = mono_now_ns() + KERNEL_LOOK_NS;;) {
 		long long now;
 
 		for (int i = 0; i < 16; i++) {
@@ -140,7 +140,7 @@ static int spin(struct pollfd *fds, nfds_t n, const struct polled *p, int k)
 				return look_now(fds, n, p, k, NULL);
 			__builtin_ia32_pause();
 		}
-		now = spin_now();
+		now = mono_now_ns();
 		if (now >= next) {
 			if ((r = look_now(fds, n, p, k, NULL)) != 0)
 				return r;
@@ -173,7 +173,7 @@ static int sleep_once(struct pollfd *fds, nfds_t n, const struct polled *p, int 
 static int wait_ready(struct pollfd *fds, nfds_t n, const struct polled *p, int k, int timeout,
                       const sigset_t *mask)
 {
-	long long deadline = spin_now() + timeout * 1000000LL;
+	long long deadline = mono_now_ns() + timeout * 1000000LL;
 	int r = look_now(fds, n, p, k, mask);
 
 	if (r != 0 || timeout == 0)
@@ -184,7 +184,7 @@ static int wait_ready(struct pollfd *fds, nfds_t n, const struct polled *p, int 
 		if ((r = sleep_once(fds, n, p, k, timeout, mask)) != 0)
 			return r;
 		/* woken by stale doorbells only: wait for what is left */
-		if (timeout > 0 && (timeout = (int)((deadline - spin_now()) / 1000000)) <= 0)
+		if (timeout > 0 && (timeout = (int)((deadline - mono_now_ns()) / 1000000)) <= 0)
 			return 0;
 	}
 }

@@ -23,7 +23,7 @@ static const struct {
 	[R_NO_PORT]         = { "no-port", "no ephemeral port for the rendezvous" },
 	[R_NO_REGISTRY]     = { "no-registry", "registry directory unusable" },
 	[R_CROSS_NETNS_OFF] = { "cross-netns-off", "cross-namespace acceleration disabled" },
-	[R_SHORT_LIVED]     = { "short-lived", "short-lived, kept on TCP while CPUs are busy" },
+	[R_SHORT_LIVED]     = { "short-lived", "short-lived, kept on TCP while CPU time is short" },
 };
 
 const char *reason_id(int r)

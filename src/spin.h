@@ -6,9 +6,9 @@
  * waiting for.  So a blocking reader (or a writer facing a full ring) watches
  * the ring for up to SPIN_NS first.  Doorbells are still sent, so readiness
  * stays exact; they just need not wake anybody.  Never on a single CPU (or
- * when the process may run on only one), never
- * for a non-blocking descriptor (which must return at once), and never while
- * more tasks are runnable than there are CPUs.
+ * when the process may run on only one), never for a non-blocking
+ * descriptor (which must return at once), and never while more tasks are
+ * runnable than there are CPUs (cpus.h).
  */
 #ifndef SMCLO_SPIN_H
 #define SMCLO_SPIN_H
@@ -42,16 +42,8 @@ int spin_poll(int fd, short events);
 /*
  * For waiters that watch many things at once (watch.c): the end of a spin
  * starting now, or 0 when spinning does not pay (one CPU allowed, or more
- * runnable tasks than CPUs); and the monotonic clock the deadline is measured on.
+ * runnable tasks than CPUs), on the clock of mono_now_ns() (sys.h).
  */
 long long spin_deadline(void);
-long long spin_now(void);
-
-/*
- * Clearly more runnable tasks than CPUs right now (sampled at most every 50 ms),
- * or only one CPU allowed?  Then CPU time, not waiting, is what a connection
- * costs (payoff.h).
- */
-int cores_busy(void);
 
 #endif

@@ -172,6 +172,14 @@ static inline void sys_futex_wake(_Atomic uint32_t *w)
 }
 
 /* Milliseconds on the monotonic clock (a vDSO call, no system call). */
+static inline long long mono_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 static inline long mono_now_ms(void)
 {
 	struct timespec ts;

@@ -562,7 +562,7 @@ static int spin_watch(struct watch_set *s, struct epoll_event *ev, int max)
 	if (!until)
 		return 0;
 	set_watch(s);
-	next_look = spin_now() + KERNEL_LOOK_NS;
+	next_look = mono_now_ns() + KERNEL_LOOK_NS;
 	for (;;) {
 		long long now;
 
@@ -572,7 +572,7 @@ static int spin_watch(struct watch_set *s, struct epoll_event *ev, int max)
 		}
 		if (n)
 			return n;
-		now = spin_now();
+		now = mono_now_ns();
 		if (now >= next_look) {
 			if ((n = kernel_look(s, ev, 0, max)) > 0)
 				return n;

@@ -66,6 +66,42 @@ def test_short_connections_stay_on_tcp_on_one_allowed_cpu(reg, procs):
     assert st["accelerated_client"] + short == 100, st
 
 
+@pytest.fixture
+def one_cpu_quota(procs):
+    """A cgroup with a CPU quota of one CPU (v1's cpu controller, else v2's
+    cpu.max); yields the file a process writes its pid to, to join it."""
+    name = "smclo-test-%d" % os.getpid()
+    v1 = "/sys/fs/cgroup/cpu"
+    if os.path.exists(os.path.join(v1, "cpu.cfs_quota_us")):
+        path = os.path.join(v1, name)
+        os.mkdir(path)
+        with open(os.path.join(path, "cpu.cfs_period_us"), "w") as f:
+            f.write("100000")
+        with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
+            f.write("100000")
+    else:
+        with open("/sys/fs/cgroup/cgroup.subtree_control", "w") as f:
+            f.write("+cpu")
+        path = os.path.join("/sys/fs/cgroup", name)
+        os.mkdir(path)
+        with open(os.path.join(path, "cpu.max"), "w") as f:
+            f.write("100000 100000")
+    yield os.path.join(path, "cgroup.procs")
+    procs.stop_all()    # a cgroup goes once its processes have
+    os.rmdir(path)
+
+
+def test_short_connections_stay_on_tcp_under_a_one_cpu_quota(reg, procs, one_cpu_quota):
+    # a container's --cpus=1 on a 2-CPU machine: both CPUs allowed, one CPU's
+    # worth of time for client and server together
+    join = ("sh", "-c", 'echo $$ > "$0" && exec "$@"', one_cpu_quota)
+    st = run_clients(reg, procs, "short", 100, "1", prefix=join)
+    short = st["fallback_by_reason"].get("short-lived", 0)
+    assert st["accelerated_client"] >= 8, st
+    assert short >= 80, st
+    assert st["accelerated_client"] + short == 100, st
+
+
 def test_one_connection_processes_learn_from_each_other(reg, procs, busy_cpus):
     # a shell loop of one-request clients: no process lives to see a streak of its own
     st = run_clients(reg, procs, "short", 1, "1", processes=24)
