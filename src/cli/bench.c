@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,16 +70,63 @@ static int full_io(int fd, char *buf, size_t len, int writing)
 
 /* ---- the worker processes ----------------------------------------------- */
 
-static int worker_server(int port, const char *test, size_t size)
+/*
+ * Where the workers meet: a port on 127.0.0.1, or a path for an AF_UNIX
+ * socket (make bench's reference column, bench/run.py).
+ */
+struct bench_addr {
+	struct sockaddr_storage ss;
+	socklen_t len;
+};
+
+static int bench_addr_parse(const char *where, struct bench_addr *a)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port),
-	                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	int one = 1, l = socket(AF_INET, SOCK_STREAM, 0), c;
+	memset(a, 0, sizeof(*a));
+	if (where[0] == '/') {
+		struct sockaddr_un *u = (struct sockaddr_un *)&a->ss;
+		if (strlen(where) >= sizeof(u->sun_path))
+			return -1;
+		u->sun_family = AF_UNIX;
+		strcpy(u->sun_path, where);
+		a->len = sizeof(*u);
+	} else {
+		struct sockaddr_in *in = (struct sockaddr_in *)&a->ss;
+		int port = atoi(where);
+		if (port <= 0 || port > 65535)
+			return -1;
+		in->sin_family = AF_INET;
+		in->sin_port = htons((uint16_t)port);
+		in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		a->len = sizeof(*in);
+	}
+	return 0;
+}
+
+static int bench_socket(const struct bench_addr *a)
+{
+	return socket(a->ss.ss_family, SOCK_STREAM, 0);
+}
+
+/* Small messages go out at once (AF_UNIX has no Nagle to turn off). */
+static void no_delay(int fd, const struct bench_addr *a)
+{
+	int one = 1;
+
+	if (a->ss.ss_family != AF_UNIX)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static int worker_server(const struct bench_addr *a, const char *test, size_t size)
+{
+	int one = 1, l = bench_socket(a), c;
 	char *buf = malloc(STREAM_CHUNK > size ? STREAM_CHUNK : size);
 	double cpu0;
 
-	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(l, (void *)&a, sizeof(a)) < 0 || listen(l, 4) < 0) {
+	if (a->ss.ss_family == AF_UNIX)
+		unlink(((const struct sockaddr_un *)&a->ss)->sun_path);
+	else
+		setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(l, (const void *)&a->ss, a->len) < 0 || listen(l, 4) < 0) {
 		perror("bench server");
 		return 1;
 	}
@@ -102,7 +150,7 @@ static int worker_server(int port, const char *test, size_t size)
 		return 0;
 	}
 	c = accept(l, NULL, NULL);
-	setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	no_delay(c, a);
 	cpu0 = cpu_s();
 	if (!strcmp(test, "pingpong")) {
 		while (full_io(c, buf, size, 0) == 0 && full_io(c, buf, size, 1) == 0)
@@ -121,15 +169,15 @@ static int worker_server(int port, const char *test, size_t size)
 }
 
 /* Connection setup: connect, one request/response of @size, close; per second. */
-static int client_connect_rate(const struct sockaddr_in *a, size_t size, double seconds)
+static int client_connect_rate(const struct bench_addr *a, size_t size, double seconds)
 {
 	char *buf = calloc(1, size);
 	unsigned long conns = 0;
 	double t0 = now_s(), t, cpu0 = cpu_s();
 
 	do {
-		int c = socket(AF_INET, SOCK_STREAM, 0);
-		if (connect(c, (const void *)a, sizeof(*a)) < 0 || full_io(c, buf, size, 1) ||
+		int c = bench_socket(a);
+		if (connect(c, (const void *)&a->ss, a->len) < 0 || full_io(c, buf, size, 1) ||
 		    full_io(c, buf, size, 0)) {
 			perror("bench connect");
 			return 1;
@@ -138,29 +186,27 @@ static int client_connect_rate(const struct sockaddr_in *a, size_t size, double 
 		conns++;
 	} while ((t = now_s()) - t0 < seconds);
 	printf("value %.1f\ncpu %.6f\n", conns / (t - t0), cpu_s() - cpu0);
-	int done = socket(AF_INET, SOCK_STREAM, 0);      /* the end, for the server */
-	if (connect(done, (const void *)a, sizeof(*a)) == 0)
+	int done = bench_socket(a);     /* the end, for the server */
+	if (connect(done, (const void *)&a->ss, a->len) == 0)
 		close(done);
 	return 0;
 }
 
-static int worker_client(int port, const char *test, size_t size, double seconds)
+static int worker_client(const struct bench_addr *a, const char *test, size_t size,
+                         double seconds)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port),
-	                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	int one = 1, c = socket(AF_INET, SOCK_STREAM, 0);
 	char *buf = calloc(1, STREAM_CHUNK > size ? STREAM_CHUNK : size);
 	double t0, t, cpu0;
+	int c;
 
-	if (!strcmp(test, "connect")) {
-		close(c);
-		return client_connect_rate(&a, size, seconds);
-	}
-	if (connect(c, (void *)&a, sizeof(a)) < 0) {
+	if (!strcmp(test, "connect"))
+		return client_connect_rate(a, size, seconds);
+	c = bench_socket(a);
+	if (connect(c, (const void *)&a->ss, a->len) < 0) {
 		perror("bench client");
 		return 1;
 	}
-	setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	no_delay(c, a);
 	cpu0 = cpu_s();
 	t0 = now_s();
 	if (!strcmp(test, "pingpong")) {
@@ -194,11 +240,15 @@ static int worker_client(int port, const char *test, size_t size, double seconds
 
 int cmd_bench_worker(int argc, char **argv)
 {
+	struct bench_addr a;
+
 	if (argc != 6)
 		return usage_error("__bench-worker: internal use only");
+	if (bench_addr_parse(argv[2], &a) < 0)
+		return usage_error("__bench-worker: a port or an absolute socket path");
 	if (!strcmp(argv[1], "server"))
-		return worker_server(atoi(argv[2]), argv[3], strtoul(argv[4], NULL, 10));
-	return worker_client(atoi(argv[2]), argv[3], strtoul(argv[4], NULL, 10), atof(argv[5]));
+		return worker_server(&a, argv[3], strtoul(argv[4], NULL, 10));
+	return worker_client(&a, argv[3], strtoul(argv[4], NULL, 10), atof(argv[5]));
 }
 
 /* ---- the orchestrator --------------------------------------------------- */
