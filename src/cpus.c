@@ -93,13 +93,16 @@ int cpus_surplus(long long now)
 /* ---- the cgroup's quota --------------------------------------------------- */
 
 /*
- * Where the quota is, found once: the cgroup named in /proc/self/cgroup
- * under the usual mount points (v1's cpu controller, else v2's cpu.max).
- * A container that sees its host's cgroup path but mounts only its own
- * cgroup (no cgroup namespace) finds its files at the mount's top.  Only the
- * process's own cgroup is read, not its ancestors'.
+ * Where the quotas are, found once: the process's cgroup (named in
+ * /proc/self/cgroup) under the usual mount points, v1's cpu controller
+ * first, else v2.  The quota that binds is the smallest on the way up to the
+ * mount's top: a container's limit may sit on its own cgroup or on one above
+ * it (a pod, a systemd slice).  A container that sees its host's cgroup path
+ * but mounts only its own cgroup (no cgroup namespace) has it at the top.
  */
-static char quota_file[PATH_MAX], period_file[PATH_MAX];
+static char cgroup_dir[PATH_MAX];       /* the process's cgroup; "" if none found */
+static size_t cgroup_top_len;           /* the mount's top: a prefix of cgroup_dir */
+static int cgroup_v1;                   /* cpu.cfs_quota_us, not cpu.max */
 static pthread_once_t quota_once = PTHREAD_ONCE_INIT;
 
 static int has_token(const char *list, const char *tok)
@@ -123,29 +126,22 @@ static int path_join(char *buf, size_t size, const char *a, const char *b)
 	return n < 0 || (size_t)n >= size ? -1 : 0;
 }
 
-/* Point the quota files at @dir if it has them (names start with '/'). */
-static int quota_files_at(const char *dir, const char *quota, const char *period)
+/* Take @path under the first of @mounts that is a cgroup mount of the kind
+ * @marker (a file only such a mount's top has) names. */
+static int cgroup_dir_under(const char *const *mounts, const char *marker, const char *path)
 {
-	if (path_join(quota_file, sizeof(quota_file), dir, quota) < 0 ||
-	    access(quota_file, R_OK) != 0 ||
-	    (period && path_join(period_file, sizeof(period_file), dir, period) < 0)) {
-		quota_file[0] = period_file[0] = '\0';
-		return 0;
-	}
-	return 1;
-}
-
-static int quota_files_under(const char *const *mounts, const char *path,
-                             const char *quota, const char *period)
-{
-	char dir[PATH_MAX];
+	char probe[PATH_MAX];
 
 	for (int i = 0; mounts[i]; i++) {
-		if ((path_join(dir, sizeof(dir), mounts[i], path) == 0 &&
-		     quota_files_at(dir, quota, period)) ||
-		    quota_files_at(mounts[i], quota, period))
-			return 1;
+		if (path_join(probe, sizeof(probe), mounts[i], marker) < 0 || access(probe, F_OK))
+			continue;
+		if (path_join(cgroup_dir, sizeof(cgroup_dir), mounts[i], path) < 0 ||
+		    access(cgroup_dir, F_OK))
+			snprintf(cgroup_dir, sizeof(cgroup_dir), "%s", mounts[i]);
+		cgroup_top_len = strlen(mounts[i]);
+		return 1;
 	}
+	cgroup_dir[0] = '\0';
 	return 0;
 }
 
@@ -170,32 +166,61 @@ static void quota_find(void)
 		else if (has_token(ctl + 1, "cpu"))
 			v1 = path;
 	}
-	if (v1 && quota_files_under(v1_mounts, strcmp(v1, "/") ? v1 : "",
-	                            "/cpu.cfs_quota_us", "/cpu.cfs_period_us"))
+	if (v1 && cgroup_dir_under(v1_mounts, "/cpu.cfs_period_us", strcmp(v1, "/") ? v1 : "")) {
+		cgroup_v1 = 1;
 		return;
+	}
 	if (v2)
-		quota_files_under(v2_mounts, strcmp(v2, "/") ? v2 : "", "/cpu.max", NULL);
+		cgroup_dir_under(v2_mounts, "/cgroup.controllers", strcmp(v2, "/") ? v2 : "");
 }
 
-/* The quota in whole CPUs from the files found, 0 for none. */
-static int quota_read(void)
+/* The quota of the cgroup at @dir in whole CPUs, rounded up; 0 for none. */
+static int quota_at(const char *dir)
 {
-	char q[64], p[64];
+	char path[PATH_MAX], q[64], p[64];
 	long long quota, period;
 
-	if (!quota_file[0] || read_text(quota_file, q, sizeof(q)) <= 0)
-		return 0;
-	if (period_file[0]) {           /* v1: two numbers, quota -1 for none */
-		if (read_text(period_file, p, sizeof(p)) <= 0)
+	if (cgroup_v1) {                /* two numbers, quota -1 for none */
+		if (path_join(path, sizeof(path), dir, "/cpu.cfs_quota_us") < 0 ||
+		    read_text(path, q, sizeof(q)) <= 0 ||
+		    path_join(path, sizeof(path), dir, "/cpu.cfs_period_us") < 0 ||
+		    read_text(path, p, sizeof(p)) <= 0)
 			return 0;
 		quota = atoll(q);
 		period = atoll(p);
-	} else if (sscanf(q, "%lld %lld", &quota, &period) != 2) {
-		return 0;               /* v2: "max 100000" for none */
+	} else if (path_join(path, sizeof(path), dir, "/cpu.max") < 0 ||
+	           read_text(path, q, sizeof(q)) <= 0 ||
+	           sscanf(q, "%lld %lld", &quota, &period) != 2) {
+		return 0;               /* "max 100000" for none */
 	}
 	if (quota <= 0 || period <= 0)
 		return 0;
 	return (int)((quota + period - 1) / period);
+}
+
+/* The smallest quota from the process's cgroup up to the mount's top. */
+static int quota_read(void)
+{
+	char dir[PATH_MAX];
+	size_t len = strlen(cgroup_dir);
+	int least = 0;
+
+	if (!len)
+		return 0;
+	memcpy(dir, cgroup_dir, len + 1);
+	for (;;) {
+		int q = quota_at(dir);
+
+		if (q && (!least || q < least))
+			least = q;
+		if (len <= cgroup_top_len)
+			return least;
+		while (len > cgroup_top_len && dir[len - 1] != '/')
+			len--;          /* the parent: drop the last name */
+		if (len > cgroup_top_len)
+			len--;          /* and its slash */
+		dir[len] = '\0';
+	}
 }
 
 int cpus_quota(long long now)

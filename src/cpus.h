@@ -19,8 +19,9 @@ int cpus_online(void);
 int cpus_allowed(long long now);
 
 /*
- * Whole CPUs the process's cgroup may use (its quota over its period,
- * rounded up), or 0 when there is no quota or it cannot be read.
+ * Whole CPUs the process's cgroup may use (the smallest quota over period
+ * of its cgroup and those above it, rounded up), or 0 when there is no
+ * quota or it cannot be read.
  */
 int cpus_quota(long long now);
 

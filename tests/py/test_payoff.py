@@ -66,29 +66,46 @@ def test_short_connections_stay_on_tcp_on_one_allowed_cpu(reg, procs):
     assert st["accelerated_client"] + short == 100, st
 
 
-@pytest.fixture
-def one_cpu_quota(procs):
-    """A cgroup with a CPU quota of one CPU (v1's cpu controller, else v2's
-    cpu.max); yields the file a process writes its pid to, to join it."""
-    name = "smclo-test-%d" % os.getpid()
-    v1 = "/sys/fs/cgroup/cpu"
-    if os.path.exists(os.path.join(v1, "cpu.cfs_quota_us")):
-        path = os.path.join(v1, name)
-        os.mkdir(path)
+def cgroup_with_quota(path, v1):
+    """Make the cgroup @path with a quota of one CPU, or without any (None)."""
+    os.mkdir(path)
+    if v1 is None:
+        return
+    if v1:
         with open(os.path.join(path, "cpu.cfs_period_us"), "w") as f:
             f.write("100000")
         with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
             f.write("100000")
     else:
-        with open("/sys/fs/cgroup/cgroup.subtree_control", "w") as f:
-            f.write("+cpu")
-        path = os.path.join("/sys/fs/cgroup", name)
-        os.mkdir(path)
         with open(os.path.join(path, "cpu.max"), "w") as f:
             f.write("100000 100000")
-    yield os.path.join(path, "cgroup.procs")
+
+
+@pytest.fixture(params=["own", "parent"])
+def one_cpu_quota(request, procs):
+    """A cgroup under a CPU quota of one CPU (v1's cpu controller, else v2's
+    cpu.max), set on the cgroup itself or on its parent (a container's
+    limit on a pod or a slice above it); yields the file a process writes
+    its pid to, to join it."""
+    v1_top = "/sys/fs/cgroup/cpu"
+    v1 = os.path.exists(os.path.join(v1_top, "cpu.cfs_quota_us"))
+    top = v1_top if v1 else "/sys/fs/cgroup"
+    if not v1:
+        with open(os.path.join(top, "cgroup.subtree_control"), "w") as f:
+            f.write("+cpu")
+    outer = os.path.join(top, "smclo-test-%d" % os.getpid())
+    made = [outer]
+    cgroup_with_quota(outer, v1)
+    if request.param == "parent":
+        if not v1:
+            with open(os.path.join(outer, "cgroup.subtree_control"), "w") as f:
+                f.write("+cpu")
+        made.append(os.path.join(outer, "inner"))
+        cgroup_with_quota(made[-1], None)
+    yield os.path.join(made[-1], "cgroup.procs")
     procs.stop_all()    # a cgroup goes once its processes have
-    os.rmdir(path)
+    for path in reversed(made):
+        os.rmdir(path)
 
 
 def test_short_connections_stay_on_tcp_under_a_one_cpu_quota(reg, procs, one_cpu_quota):
