@@ -764,6 +764,8 @@ EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 	if (smclo_active && op != EPOLL_CTL_DEL)
 		hs_resolve_fd(fd);      /* the kernel must watch the descriptor it will be */
+	if (smclo_active && (rc = watch_ctl_parked(epfd, op, fd, ev)) != WATCH_PASS)
+		return rc;
 	rc = real_epoll_ctl(epfd, op, fd, ev);
 
 	if (rc == 0 && smclo_active)
@@ -828,12 +830,10 @@ static int watched_epoll(const struct epoll_call *k, int epfd, struct epoll_even
 		if (v >= 0)
 			return v;
 		r = real_epoll(k, epfd, ev, max, timeout, first);
-		if (v == WATCH_PASS)
-			return r;
 		e = errno;
-		r = watch_after_sleep(epfd, ev, r);
+		r = v == WATCH_PASS ? watch_drop_parked(ev, r) : watch_after_sleep(epfd, ev, r);
 		errno = e;
-		if (r != 0)
+		if (r != 0 || timeout == 0)
 			return r;
 		if (timeout > 0 && (timeout = (int)(deadline - now_ms())) <= 0)
 			return 0;

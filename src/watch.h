@@ -15,8 +15,22 @@
 /* A new epoll instance @epfd (from epoll_create*). */
 void watch_epoll_created(int epfd);
 
+/*
+ * Before epoll_ctl(@epfd, @op, @fd, @ev): a DEL of an accelerated descriptor
+ * parks its registration, an ADD of a parked one takes it back (watch.c).
+ * Returns the call's result (0, or -1 with errno) when it was done here, or
+ * WATCH_PASS: make the real call, then watch_ctl().
+ */
+int watch_ctl_parked(int epfd, int op, int fd, struct epoll_event *ev);
+
 /* After a successful epoll_ctl(@epfd, @op, @fd, @ev). */
 void watch_ctl(int epfd, int op, int fd, const struct epoll_event *ev);
+
+/*
+ * Drop the events of parked registrations from the @n a wait returned (for
+ * the waits on sets watch.c does not follow); returns how many are left.
+ */
+int watch_drop_parked(struct epoll_event *ev, int n);
 
 /* @fd is being closed (or replaced by dup2): forget what we know of it. */
 void watch_fd_closed(int fd);
