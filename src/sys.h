@@ -171,7 +171,7 @@ static inline void sys_futex_wake(_Atomic uint32_t *w)
 	syscall(SYS_futex, w, 1 /* FUTEX_WAKE */, 0x7fffffff, NULL, NULL, 0);
 }
 
-/* Milliseconds on the monotonic clock (a vDSO call, no system call). */
+/* Nanoseconds and milliseconds on the monotonic clock (a vDSO call, no system call). */
 static inline long long mono_now_ns(void)
 {
 	struct timespec ts;

@@ -46,8 +46,10 @@
  * once (it is one-shot); that event carries PARKED_DATA and is dropped.  To
  * the application a parked descriptor is not registered: DEL and MOD fail
  * with ENOENT, as they would.  Sets that other waiters can see (nested,
- * copied, across fork or exec) have their parked registrations removed.  What is left: a program that waits for a watched descriptor
- * by other means (io_uring, raw system calls) - docs/design.md.
+ * copied, across fork or exec) have their parked registrations removed.
+ *
+ * What is left: a program that waits for a watched descriptor by other
+ * means (io_uring, raw system calls) - docs/design.md.
  *
  * Locking: `table_lock` guards the list of sets and every registration; a
  * set's own lock is held by a wait for its whole look and spin (bounded by
@@ -497,13 +499,17 @@ int watch_ctl_parked(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	struct watch_set *s;
 	struct watch_entry *e;
+	uint16_t f = fd_flags(fd);
 	int rc = WATCH_PASS;
 
-	if (!(fd_flags(fd) & FDF_WATCHED) || (op == EPOLL_CTL_ADD && !ev))
+	/* a MOD or ADD looks only at descriptors that were ever parked (the
+	 * flag stays): the event loops that MOD every request pay nothing */
+	if (!(f & FDF_WATCHED) || (op != EPOLL_CTL_DEL && !(f & FDF_PARKED)) ||
+	    (op == EPOLL_CTL_ADD && !ev))
 		return WATCH_PASS;
 	pthread_mutex_lock(&table_lock);
 	s = set_find(epfd);
-	if (op == EPOLL_CTL_ADD && (fd_flags(fd) & FDF_PARKED))
+	if (op == EPOLL_CTL_ADD)
 		unpark_elsewhere(fd, s);
 	if (s) {
 		pthread_mutex_lock(&s->lock);
