@@ -1,5 +1,6 @@
-"""Short-lived connections stay on TCP while the CPUs are oversubscribed,
-or the processes may run on one CPU only (payoff.h): with more busy loops than CPUs, a client whose connections to a
+"""Short-lived connections stay on TCP while CPU time is short (payoff.h,
+cpus.h): more busy loops than CPUs, one CPU allowed, or a cgroup quota of
+one CPU on the process's cgroup or its parent.  A client whose connections to a
 server each carry one small round trip stops offering after a few, says why
 (`short-lived`), and keeps trying one now and then; what the clients learn
 is shared through the registry, so processes that make one connection each
