@@ -100,6 +100,7 @@ static inline void conn_count_call(struct conn *c)
 #define FDF_NESTED    64u   /* an epoll instance inside another one */
 #define FDF_PENDING  128u   /* a connection whose handshake is not decided yet */
 #define FDF_PARKED   256u   /* a registration of it was parked in some set once (watch.c) */
+#define FDF_INET6    512u   /* with FDF_KNOWN: an AF_INET6 socket (else AF_INET) */
 
 /* Library-wide state set up by the constructor. */
 extern int smclo_active;       /* 0: pass everything through */

@@ -319,13 +319,20 @@ static void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
 	conn_put(c);
 }
 
+/* What the socket was created as: known without a system call for the
+ * sockets socket() and accept() made here (FDF_INET6). */
 static int domain_of(int fd)
 {
+	uint16_t f = fd_flags(fd);
 	int v = AF_INET;
 	socklen_t l = sizeof(v);
 
+	if (f & FDF_SMC)
+		return 43;      /* AF_SMC */
+	if (f & FDF_KNOWN)
+		return (f & FDF_INET6) ? AF_INET6 : AF_INET;
 	sys_getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &l);
-	return (fd_flags(fd) & FDF_SMC) ? 43 /* AF_SMC */ : v;
+	return v;
 }
 
 /* ---- client side -------------------------------------------------------- */
@@ -1102,7 +1109,8 @@ int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t
 		return fd;                      /* not an IP socket */
 	if (!(fd_flags(lfd) & FDF_LISTENING))
 		hs_listen(lfd);                 /* inherited listener: announce it now */
-	fd_set_flags(fd, FDF_TCP | FDF_KNOWN);
+	/* accept() gives addresses in the socket's own family */
+	fd_set_flags(fd, FDF_TCP | FDF_KNOWN | (peer->sa_family == AF_INET6 ? FDF_INET6 : 0));
 	if (registry_fd < 0)
 		return server_fallback(&sv, R_NO_REGISTRY);
 	/*
@@ -1175,11 +1183,14 @@ void hs_listen(int fd)
 	struct listener_offer offer = { .inbox = inbox_id(), .tx_size = cfg.tx_size,
 	                                .rx_max = cfg.rx_max };
 	int lock = listener_register(fd, &offer);
+	uint16_t f = fd_flags(fd);
 
 	if (lock < 0)
 		return;
 	fd_set_listen_lock(fd, lock);
-	fd_set_flags(fd, FDF_TCP | FDF_KNOWN | FDF_LISTENING | (fd_flags(fd) & FDF_SMC));
+	if (!(f & FDF_KNOWN) && domain_of(fd) == AF_INET6)
+		f |= FDF_INET6;         /* inherited: asked once, here */
+	fd_set_flags(fd, FDF_TCP | FDF_KNOWN | FDF_LISTENING | (f & (FDF_SMC | FDF_INET6)));
 }
 
 /*

@@ -156,7 +156,8 @@ EXPORT int socket(int domain, int type, int protocol)
 		conn_close_fd(fd);      /* closed behind our back (close_range, exec) */
 	if ((domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
 	    (protocol == 0 || protocol == IPPROTO_TCP))
-		fd_set_flags(fd, FDF_TCP | FDF_KNOWN | (smc ? FDF_SMC : 0));
+		fd_set_flags(fd, FDF_TCP | FDF_KNOWN | (smc ? FDF_SMC : 0) |
+		             (domain == AF_INET6 ? FDF_INET6 : 0));
 	else
 		fd_set_flags(fd, FDF_KNOWN);
 	return fd;

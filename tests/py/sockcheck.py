@@ -5,7 +5,8 @@
 
 The client sends a command line on each new connection; the server obeys:
 ECHO (echo until EOF), SEND n, SLOW n (wait 0.3 s then send), CLOSE, SHA
-(read to EOF, answer the sha256).
+(read to EOF, answer the sha256), DOMAIN (answer the accepted socket's
+SO_DOMAIN).
 """
 import errno
 import hashlib
@@ -43,6 +44,8 @@ def serve_one(c):
         c.sendall(b"a" * int(cmd[1]))
         while c.recv(65536):
             pass
+    elif cmd[0] == b"DOMAIN":
+        c.sendall(b"%d\n" % c.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN))
     elif cmd[0] == b"HALF":
         # wait in recv while the client half-closes, then answer at length
         while c.recv(65536):
@@ -282,6 +285,12 @@ def check_ipv6_and_smc():
     s.sendall(b"six")
     assert recv_exact(s, 3) == b"six"
     s.close()
+    # both ends say what their sockets were created as
+    for fam, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        s = dial("DOMAIN", fam, host)
+        assert s.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN) == fam
+        assert int(recv_exact(s, 2 if fam < 10 else 3)) == fam
+        s.close()
     # what smc_run-style programs do: socket(AF_SMC, SOCK_STREAM, SMCPROTO_SMC) + sockaddr_in
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
