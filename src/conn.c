@@ -27,14 +27,8 @@ int smclo_active;
 int registry_fd = -1;
 struct stats_totals *totals;
 
-struct fd_entry {
-	_Atomic(struct conn *) conn;
-	_Atomic uint16_t flags;
-	int listen_lock;                /* lock fd of our listener entry, +1 (0 = none) */
-};
-
-static struct fd_entry *fdtab;
-static int fdtab_size;
+struct fd_entry *fdtab;
+int fdtab_size;
 static _Atomic int fd_high;         /* no entry above this was ever used: walks stop here */
 static int hide_base;
 static _Atomic int n_conns;
@@ -64,15 +58,10 @@ int fdtab_init(void)
 	return 0;
 }
 
-static struct fd_entry *ent(int fd)
-{
-	return (fdtab && fd >= 0 && fd < fdtab_size) ? &fdtab[fd] : NULL;
-}
-
 /* An entry about to be written: walks must reach it. */
 static struct fd_entry *ent_use(int fd)
 {
-	struct fd_entry *e = ent(fd);
+	struct fd_entry *e = fd_entry(fd);
 	int high = atomic_load_explicit(&fd_high, memory_order_relaxed);
 
 	while (e && fd > high &&
@@ -81,19 +70,12 @@ static struct fd_entry *ent_use(int fd)
 	return e;
 }
 
-uint16_t fd_flags(int fd)
-{
-	struct fd_entry *e = ent(fd);
-
-	return e ? atomic_load_explicit(&e->flags, memory_order_relaxed) : 0;
-}
-
 void fd_set_flags(int fd, uint16_t flags)
 {
 	struct fd_entry *e = ent_use(fd);
 
 	if (e)
-		atomic_store(&e->flags, flags);
+		atomic_store_explicit(&e->flags, flags, memory_order_release);
 }
 
 void fd_add_flags(int fd, uint16_t flags)
@@ -114,7 +96,7 @@ void fd_set_listen_lock(int fd, int lockfd)
 
 int fd_take_listen_lock(int fd)
 {
-	struct fd_entry *e = ent(fd);
+	struct fd_entry *e = fd_entry(fd);
 	int l;
 
 	if (!e)
@@ -124,16 +106,9 @@ int fd_take_listen_lock(int fd)
 	return l;
 }
 
-int fd_has_conn(int fd)
-{
-	struct fd_entry *e = ent(fd);
-
-	return e && atomic_load_explicit(&e->conn, memory_order_acquire) != NULL;
-}
-
 struct conn *conn_get(int fd)
 {
-	struct fd_entry *e = ent(fd);
+	struct fd_entry *e = fd_entry(fd);
 	struct conn *c;
 
 	if (!e)
@@ -212,7 +187,7 @@ void conn_bind_fd(struct conn *c, int fd)
 
 struct conn *conn_unbind_fd(int fd)
 {
-	struct fd_entry *e = ent(fd);
+	struct fd_entry *e = fd_entry(fd);
 	struct conn *c;
 
 	if (!e)

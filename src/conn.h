@@ -107,8 +107,33 @@ extern int smclo_active;       /* 0: pass everything through */
 extern int registry_fd;        /* -1 when the registry is unusable */
 extern struct stats_totals *totals;
 
+/*
+ * The descriptor table (conn.c): one entry per descriptor number.  The two
+ * lookups every wrapper makes are inline, so a plain descriptor costs a
+ * bounds check and a load, with no call.
+ */
+struct fd_entry {
+	_Atomic(struct conn *) conn;
+	_Atomic uint16_t flags;
+	int listen_lock;                /* lock fd of our listener entry, +1 (0 = none) */
+};
+extern struct fd_entry *fdtab;
+extern int fdtab_size;
+
 int fdtab_init(void);
-uint16_t fd_flags(int fd);
+
+static inline struct fd_entry *fd_entry(int fd)
+{
+	return (fdtab && fd >= 0 && fd < fdtab_size) ? &fdtab[fd] : (struct fd_entry *)0;
+}
+
+static inline uint16_t fd_flags(int fd)
+{
+	struct fd_entry *e = fd_entry(fd);
+
+	return e ? atomic_load_explicit(&e->flags, memory_order_relaxed) : 0;
+}
+
 void fd_set_flags(int fd, uint16_t flags);
 void fd_add_flags(int fd, uint16_t flags);
 void fd_set_listen_lock(int fd, int lockfd);
@@ -120,7 +145,12 @@ void fd_for_each_listener(void (*fn)(int fd));
 struct conn *conn_get(int fd);
 void conn_put(struct conn *c);
 /* Quick test without a reference, for the pass-through fast path. */
-int fd_has_conn(int fd);
+static inline int fd_has_conn(int fd)
+{
+	struct fd_entry *e = fd_entry(fd);
+
+	return e && atomic_load_explicit(&e->conn, memory_order_acquire) != (struct conn *)0;
+}
 
 struct conn *conn_alloc(int mode);
 /* Name @fd as a holder of @c (takes a reference). */

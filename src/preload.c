@@ -246,17 +246,24 @@ EXPORT int listen(int fd, int backlog)
 
 /* ---- closing ------------------------------------------------------------ */
 
+/* Every close of anything passes here: a plain descriptor costs one load. */
 static void forget_fd(int fd)
 {
+	uint16_t f;
+
 	if (!smclo_active)
 		return;
-	watch_fd_closed(fd);
-	hs_resolve_fd(fd);              /* bytes written while undecided must arrive */
+	f = fd_flags(fd);
+	if (f & (FDF_WATCHED | FDF_EPOLL))
+		watch_fd_closed(fd);
+	if (f & FDF_PENDING)
+		hs_resolve_fd(fd);      /* bytes written while undecided must arrive */
 	if (fd_has_conn(fd))
 		conn_close_fd(fd);
-	if (fd_flags(fd) & FDF_LISTENING)
+	if (f & FDF_LISTENING)
 		hs_listener_closed(fd);
-	fd_set_flags(fd, 0);
+	if (f)
+		fd_set_flags(fd, 0);
 }
 
 EXPORT int close(int fd)
