@@ -76,11 +76,8 @@ class Run:
             return (0, 0, 0)
         st = json.loads(subprocess.run([SMCLO, "stats", "--json"], env=self.env, check=True,
                                        capture_output=True, text=True).stdout)
-        by = st["fallback_by_reason"]
-        short = by.get("short-lived", 0)
-        # the server's end of a short-lived connection saw no offer (peer-no-smclo)
-        spoiling = st["fallback"] - short - min(short, by.get("peer-no-smclo", 0))
-        return (st["accelerated_client"], spoiling, short)
+        return (st["accelerated_client"], st["fallback_not_short_lived"],
+                st["fallback_by_reason"].get("short-lived", 0))
 
     def __call__(self, server, client, ready_port=None, ready_path=None):
         before = self.accelerated()

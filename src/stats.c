@@ -367,3 +367,13 @@ int stats_totals_sum(int dirfd, struct stats_totals *out)
 	registry_for_each(dirfd, "t", add_totals, &sum);
 	return sum.files;
 }
+
+uint64_t stats_fallback_not_short_lived(const struct stats_totals *t)
+{
+	uint64_t all = 0, short_lived = t->fallback[R_SHORT_LIVED];
+	uint64_t no_smclo = t->fallback[R_PEER_NO_SMCLO];
+
+	for (int r = R_NONE + 1; r < R_COUNT; r++)
+		all += t->fallback[r];
+	return all - short_lived - (no_smclo < short_lived ? no_smclo : short_lived);
+}

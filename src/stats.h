@@ -105,4 +105,13 @@ void stats_for_each(int dirfd, void (*fn)(const struct stat_slot *, void *), voi
 
 void stats_reset(struct stats_totals *tot);
 
+/*
+ * Connection ends left on TCP for a reason other than the short-lived
+ * policy (payoff.h): the ends a benchmark of accelerated connections must
+ * not have.  The server's end of a connection its client kept on TCP as
+ * short-lived saw a plain client and counts as peer-no-smclo, so as many of
+ * those are left out.
+ */
+uint64_t stats_fallback_not_short_lived(const struct stats_totals *t);
+
 #endif

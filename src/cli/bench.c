@@ -372,19 +372,14 @@ static void remove_registry(const char *regdir)
 
 /* What the smclo runs of one benchmark did with their connections. */
 struct bench_counts {
-	unsigned long long accelerated, short_lived, no_offer, other;
+	unsigned long long accelerated, short_lived, other;
 };
 
 static struct bench_counts counts_of(const struct stats_totals *tot)
 {
-	struct bench_counts c = { .accelerated = tot->accelerated[ROLE_CLIENT],
-	                          .short_lived = tot->fallback[R_SHORT_LIVED],
-	                          .no_offer = tot->fallback[R_PEER_NO_SMCLO] };
-
-	for (int r = R_NONE + 1; r < R_COUNT; r++)
-		if (r != R_SHORT_LIVED && r != R_PEER_NO_SMCLO)
-			c.other += tot->fallback[r];
-	return c;
+	return (struct bench_counts){ .accelerated = tot->accelerated[ROLE_CLIENT],
+	                              .short_lived = tot->fallback[R_SHORT_LIVED],
+	                              .other = stats_fallback_not_short_lived(tot) };
 }
 
 /*
@@ -397,10 +392,6 @@ static int counts_describe(const struct bench_counts *b, const struct bench_coun
 {
 	unsigned long long acc = a->accelerated - b->accelerated;
 	unsigned long long shortl = a->short_lived - b->short_lived, other = a->other - b->other;
-	unsigned long long no_offer = a->no_offer - b->no_offer;
-	/* the server's end of a short-lived connection saw no offer: peer-no-smclo */
-	if (no_offer > shortl)
-		other += no_offer - shortl;
 	int n = snprintf(out, len, "%llu accelerated", acc);
 
 	if (shortl && n > 0 && (size_t)n < len)

@@ -138,7 +138,7 @@ int cmd_stats(int argc, char **argv)
 		       "\"regions_reused\": %llu, \"doorbells_sent\": %llu, "
 		       "\"doorbells_skipped\": %llu, \"inbox_handshakes\": %llu, "
 		       "\"peer_regions_mapped\": %llu, \"peer_regions_kept\": %llu, "
-		       "\"fallback_by_reason\": {",
+		       "\"fallback_not_short_lived\": %llu, \"fallback_by_reason\": {",
 		       c.dir, (long long)t->reset,
 		       (unsigned long long)(t->accelerated[1] + t->accelerated[2]),
 		       (unsigned long long)t->accelerated[1], (unsigned long long)t->accelerated[2],
@@ -149,7 +149,8 @@ int cmd_stats(int argc, char **argv)
 		       (unsigned long long)t->bells_sent, (unsigned long long)t->bells_skipped,
 		       (unsigned long long)t->inbox_handshakes,
 		       (unsigned long long)t->peer_regions_mapped,
-		       (unsigned long long)t->peer_regions_kept);
+		       (unsigned long long)t->peer_regions_kept,
+		       (unsigned long long)stats_fallback_not_short_lived(t));
 		for (int r = 1, n = 0; r < R_COUNT; r++)
 			printf("%s\"%s\": %llu", n++ ? ", " : "", reason_id(r),
 			       (unsigned long long)t->fallback[r]);
