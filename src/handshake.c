@@ -41,6 +41,7 @@
  * the owner of the ring the client made; nothing rests on a random number.
  */
 #include "handshake.h"
+#include "pairs.h"
 
 #include "clc.h"
 #include "config.h"
@@ -66,8 +67,6 @@
 #include <sys/mman.h>
 #include <sys/un.h>
 #include <time.h>
-
-#define SIDE_SNDBUF 6500    /* kernel doubles it: ~4 doorbells writable, ~17 to full */
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -591,8 +590,7 @@ static int offer_prepare(struct client *cl, struct shm_parts *p, int pair[2],
 	p->down = min_u32(lo->tx_size, cfg.rx_max);
 	p->region = region_get(cl->listener.pid, p->up, p->down, &fds[OFFER_FD_REGION]);
 	p->sh = conn_shared_new();
-	if (!p->region || !p->sh ||
-	    sys_socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0) {
+	if (!p->region || !p->sh || pairs_take(pair) < 0) {
 		parts_free(p);
 		return -1;
 	}
@@ -631,7 +629,7 @@ static void resolve_all_before_fork(void);
 static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
 {
 	static pthread_once_t fork_hook = PTHREAD_ONCE_INIT;
-	int sndbuf = SIDE_SNDBUF, fl = sys_fcntl(cl->fd, F_GETFL, 0);
+	int fl = sys_fcntl(cl->fd, F_GETFL, 0);
 	struct conn *c;
 
 	ep_of_socket(cl->fd, 0, &cl->src);
@@ -640,8 +638,7 @@ static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
 		return -1;
 	/* registered now, after every constructor: it runs before their fork handlers */
 	pthread_once(&fork_hook, resolve_all_before_fork);
-	sys_setsockopt(pair_end, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
-	c->bell_fd = fd_hide(pair_end);
+	c->bell_fd = pair_end;          /* hidden, its send buffer sized (pairs.h) */
 	c->sh->rcvtimeo_ms = 0;                 /* looked up when it is the pair's */
 	c->pending_until_ms = mono_now_ms() + cfg.handshake_ms;
 	atomic_store(&c->pending, PENDING_OPEN);

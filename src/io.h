@@ -25,6 +25,8 @@
 #include <sys/uio.h>
 
 /* bell.c */
+#define SIDE_SNDBUF 6500    /* the doorbell socket's; the kernel doubles it: ~4 doorbells
+                               writable, ~17 to full (bell_fill) */
 void bell_after_produce(struct conn *c, int fd);
 void bell_fill(struct conn *c, int fd);
 /* Block until the peer drains doorbells (0), or -errno; honours SO_SNDTIMEO. */

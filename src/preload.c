@@ -18,6 +18,7 @@
 #include "handshake.h"
 #include "io.h"
 #include "log.h"
+#include "pairs.h"
 #include "pollwait.h"
 #include "registry.h"
 #include "sockopt.h"
@@ -94,11 +95,19 @@ static void count_fork_holder(int fd, struct conn *c, void *arg)
 	}
 }
 
+/* Parent and child never offer the same pair made ahead (pairs.h). */
+static void before_fork(void)
+{
+	if (smclo_active)
+		pairs_drop();
+}
+
 static void after_fork_child(void)
 {
 	sys_pid_forget();
 	if (!smclo_active)
 		return;
+	pairs_after_fork();
 	fork_generation++;
 	deferred_after_fork();
 	stats_forget_table();
@@ -131,7 +140,7 @@ __attribute__((constructor)) static void smclo_init(void)
 		fprintf(stderr, "smclo: registry %s: t/%u must be " STATS_TOTALS_RULE "; this "
 		        "process's connections are not counted in `smclo stats`\n",
 		        cfg.dir, (unsigned)geteuid());
-	pthread_atfork(NULL, NULL, after_fork_child);
+	pthread_atfork(before_fork, NULL, after_fork_child);
 	smclo_active = 1;
 	DBG("active, registry %s, ring %u, handshake %d ms", cfg.dir, cfg.tx_size, cfg.handshake_ms);
 }

@@ -5,6 +5,7 @@
 
 #include "cpus.h"
 #include "deferred.h"
+#include "pairs.h"
 #include "sys.h"
 
 #include <poll.h>
@@ -24,7 +25,8 @@ static long long spin_deadline_after(long long ns)
 
 	if (!spin_pays(now))
 		return 0;
-	if (deferred_run())             /* in time we would spend spinning */
+	/* in time we would spend spinning: closes put off, a pair made ahead */
+	if (deferred_run() + pairs_refill())
 		now = mono_now_ns();
 	return now + ns;
 }
