@@ -9,6 +9,7 @@
  */
 #include "deferred.h"
 
+#include "spin.h"
 #include "sys.h"
 
 #include <stdatomic.h>
@@ -19,28 +20,17 @@ static atomic_flag lock = ATOMIC_FLAG_INIT;
 static int pending_fds[DEFERRED_MAX];
 static _Atomic int npending;
 
-static void lock_take(void)
-{
-	while (atomic_flag_test_and_set_explicit(&lock, memory_order_acquire))
-		__builtin_ia32_pause();
-}
-
-static void lock_drop(void)
-{
-	atomic_flag_clear_explicit(&lock, memory_order_release);
-}
-
 void deferred_close(int fd)
 {
 	int queued = 0;
 
-	lock_take();
+	spin_lock_take(&lock);
 	if (npending < DEFERRED_MAX) {
 		pending_fds[npending] = fd;
 		atomic_store_explicit(&npending, npending + 1, memory_order_relaxed);
 		queued = 1;
 	}
-	lock_drop();
+	spin_lock_drop(&lock);
 	if (!queued)
 		sys_close(fd);
 }
@@ -51,12 +41,12 @@ int deferred_run(void)
 
 	if (!atomic_load_explicit(&npending, memory_order_relaxed))
 		return 0;
-	lock_take();
+	spin_lock_take(&lock);
 	n = npending;
 	for (int i = 0; i < n; i++)
 		fds[i] = pending_fds[i];
 	atomic_store_explicit(&npending, 0, memory_order_relaxed);
-	lock_drop();
+	spin_lock_drop(&lock);
 	for (int i = 0; i < n; i++)
 		sys_close(fds[i]);
 	return n;

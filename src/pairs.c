@@ -8,6 +8,7 @@
 
 #include "conn.h"
 #include "io.h"
+#include "spin.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -26,17 +27,6 @@ static atomic_flag lock = ATOMIC_FLAG_INIT;
 static struct ready_pair ready[PAIRS_AHEAD];
 static _Atomic int nready;
 static _Atomic int wanted;      /* this process has made an offer */
-
-static void lock_take(void)
-{
-	while (atomic_flag_test_and_set_explicit(&lock, memory_order_acquire))
-		__builtin_ia32_pause();
-}
-
-static void lock_drop(void)
-{
-	atomic_flag_clear_explicit(&lock, memory_order_release);
-}
 
 /* A new pair, our end prepared; the other end hidden too when it will wait. */
 static int pair_make(int pair[2], int hide_theirs)
@@ -64,12 +54,12 @@ int pairs_take(int pair[2])
 
 	atomic_store_explicit(&wanted, 1, memory_order_relaxed);
 	if (atomic_load_explicit(&nready, memory_order_relaxed)) {
-		lock_take();
+		spin_lock_take(&lock);
 		if (nready > 0) {
 			p = ready[nready - 1];
 			atomic_store_explicit(&nready, nready - 1, memory_order_relaxed);
 		}
-		lock_drop();
+		spin_lock_drop(&lock);
 	}
 	if (p.fd[0] >= 0) {
 		if (p.euid == geteuid()) {
@@ -93,13 +83,13 @@ int pairs_refill(void)
 	if (pair_make(p.fd, 1) < 0)
 		return 0;
 	p.euid = geteuid();
-	lock_take();
+	spin_lock_take(&lock);
 	if (nready < PAIRS_AHEAD) {
 		ready[nready] = p;
 		atomic_store_explicit(&nready, nready + 1, memory_order_relaxed);
 		kept = 1;
 	}
-	lock_drop();
+	spin_lock_drop(&lock);
 	if (!kept)
 		pair_close(p.fd);       /* another thread filled the last place */
 	return 1;
@@ -110,12 +100,12 @@ void pairs_drop(void)
 	struct ready_pair p[PAIRS_AHEAD];
 	int n;
 
-	lock_take();
+	spin_lock_take(&lock);
 	n = nready;
 	for (int i = 0; i < n; i++)
 		p[i] = ready[i];
 	atomic_store_explicit(&nready, 0, memory_order_relaxed);
-	lock_drop();
+	spin_lock_drop(&lock);
 	for (int i = 0; i < n; i++)
 		pair_close(p[i].fd);
 }

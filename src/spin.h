@@ -40,6 +40,23 @@ int spin_for_word(const _Atomic uint32_t *word, uint32_t seen, long long ns);
 int spin_poll(int fd, short events);
 
 /*
+ * A lock for the library's short lists that is held only to copy a few
+ * words, never across a system call (deferred.c, pairs.c), so a waiter
+ * spins instead of sleeping.  A fork child clears it: a thread of the
+ * parent may have held it.
+ */
+static inline void spin_lock_take(atomic_flag *lock)
+{
+	while (atomic_flag_test_and_set_explicit(lock, memory_order_acquire))
+		__builtin_ia32_pause();
+}
+
+static inline void spin_lock_drop(atomic_flag *lock)
+{
+	atomic_flag_clear_explicit(lock, memory_order_release);
+}
+
+/*
  * For waiters that watch many things at once (watch.c): the end of a spin
  * starting now, or 0 when spinning does not pay (one CPU allowed, or more
  * runnable tasks than CPUs), on the clock of mono_now_ns() (sys.h).
