@@ -21,6 +21,7 @@
 #include "stats.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -124,7 +125,7 @@ int fdtab_init(void);
 
 static inline struct fd_entry *fd_entry(int fd)
 {
-	return (fdtab && fd >= 0 && fd < fdtab_size) ? &fdtab[fd] : (struct fd_entry *)0;
+	return (fdtab && fd >= 0 && fd < fdtab_size) ? &fdtab[fd] : NULL;
 }
 
 static inline uint16_t fd_flags(int fd)
@@ -149,7 +150,7 @@ static inline int fd_has_conn(int fd)
 {
 	struct fd_entry *e = fd_entry(fd);
 
-	return e && atomic_load_explicit(&e->conn, memory_order_acquire) != (struct conn *)0;
+	return e && atomic_load_explicit(&e->conn, memory_order_acquire) != NULL;
 }
 
 struct conn *conn_alloc(int mode);

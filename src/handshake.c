@@ -41,7 +41,6 @@
  * the owner of the ring the client made; nothing rests on a random number.
  */
 #include "handshake.h"
-#include "pairs.h"
 
 #include "clc.h"
 #include "config.h"
@@ -49,6 +48,7 @@
 #include "inbox.h"
 #include "io.h"
 #include "log.h"
+#include "pairs.h"
 #include "payoff.h"
 #include "region.h"
 #include "registry.h"
