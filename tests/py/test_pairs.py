@@ -1,8 +1,10 @@
 """Socket pairs made ahead (pairs.h): a client that makes inbox offers makes
 the pair for its next offer while it spins waiting for the current answer,
-so the offer goes out without a socketpair() on its way to the SYN; and a
-parent and its fork child never offer the same pair made ahead.  Both need
-the spin (an idle machine with two CPUs, as the rest of the suite runs on)."""
+so the offer goes out without a socketpair() on its way to the SYN (nor a
+getsockopt(SO_DOMAIN): the descriptor table knows what socket() made); and
+a parent and its fork child never offer the same pair made ahead.  Both
+need the spin (an idle machine with two CPUs, as the rest of the suite runs
+on)."""
 import os
 import subprocess
 
@@ -19,7 +21,7 @@ def test_offers_use_pairs_made_ahead(reg, procs, tmp_path):
     wait_port(port, proc=srv)
     trace = tmp_path / "client.strace"
     r = subprocess.run(["strace", "-f", "-qq", "--seccomp-bpf", "-o", str(trace), "-e",
-                        "trace=socket,socketpair,sendmsg", SMCLO, "run", "--"] +
+                        "trace=socket,socketpair,sendmsg,getsockopt", SMCLO, "run", "--"] +
                        worker + ["client", str(port), "connect", "100", "1"], env=reg.env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -27,7 +29,9 @@ def test_offers_use_pairs_made_ahead(reg, procs, tmp_path):
     # in between was made on the way, one elsewhere was made ahead
     inline = ready = 0
     made = False
-    for l in open(trace).read().splitlines():
+    lines = open(trace).read().splitlines()
+    assert not [l for l in lines if "SO_DOMAIN" in l], "the client asked SO_DOMAIN"
+    for l in lines:
         if "socket(AF_INET," in l:
             made = False
         elif "socketpair(" in l:
