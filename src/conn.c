@@ -313,6 +313,11 @@ int fd_dup_hidden(int fd)
 	return h >= 0 ? h : sys_fcntl(fd, F_DUPFD_CLOEXEC, 3);
 }
 
+int fd_is_hidden(int fd)
+{
+	return fd >= hide_base;
+}
+
 int fd_hide(int fd)
 {
 	int h = fd_dup_hidden(fd);

@@ -170,6 +170,8 @@ void conn_shared_put(struct conn_shared *sh, int reusable);
 int fd_hide(int fd);
 /* The same, keeping @fd open. */
 int fd_dup_hidden(int fd);
+/* Whether @fd is above the application's range (the move can fall short). */
+int fd_is_hidden(int fd);
 
 /* Lock helpers that survive a holder dying (robust mutexes). */
 void sh_lock(pthread_mutex_t *m);

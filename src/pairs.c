@@ -80,8 +80,20 @@ int pairs_refill(void)
 	if (!atomic_load_explicit(&wanted, memory_order_relaxed) ||
 	    atomic_load_explicit(&nready, memory_order_relaxed) >= PAIRS_AHEAD)
 		return 0;
-	if (pair_make(p.fd, 1) < 0)
+	/*
+	 * Out of descriptors, or of room above the application's range (a
+	 * waiting pair must not hold one of its numbers): no more tries until
+	 * the next offer, not one per spin.
+	 */
+	if (pair_make(p.fd, 1) < 0) {
+		atomic_store_explicit(&wanted, 0, memory_order_relaxed);
 		return 0;
+	}
+	if (!fd_is_hidden(p.fd[0]) || !fd_is_hidden(p.fd[1])) {
+		pair_close(p.fd);
+		atomic_store_explicit(&wanted, 0, memory_order_relaxed);
+		return 1;
+	}
 	p.euid = geteuid();
 	spin_lock_take(&lock);
 	if (nready < PAIRS_AHEAD) {

@@ -10,7 +10,9 @@
  * (never on a busy machine, where the time is not spare).
  *
  * A pair made ahead is fresh: no byte, no epoll registration, never handed
- * to anyone.  Both ends wait among the hidden descriptors (close-on-exec).
+ * to anyone.  Both ends wait among the hidden descriptors (close-on-exec);
+ * where there is no room up there (a small descriptor limit) none waits,
+ * since it would hold numbers that are the application's.
  * Before fork the ready ones are closed, so a parent and its child never
  * offer the same pair, and a pair made under another effective uid is not
  * used (the server reads the maker's uid from it: SO_PEERCRED).

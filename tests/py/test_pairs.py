@@ -13,6 +13,24 @@ from conftest import PY, SMCLO, TESTBIN, free_port, need, wait_port
 PEER = os.path.join(os.path.dirname(__file__), "peer.py")
 
 
+def offers_by_pair(trace):
+    """(offers whose pair was made on the way, offers that found one made
+    ahead): per connection, socket(AF_INET) ... sendmsg (the offer); a
+    socketpair in between was made on the way, one elsewhere ahead."""
+    inline = ready = 0
+    made = False
+    for l in open(trace).read().splitlines():
+        if "socket(AF_INET," in l:
+            made = False
+        elif "socketpair(" in l:
+            made = True
+        elif "sendmsg(" in l:
+            inline += made
+            ready += not made
+            made = True             # a pair made after the offer is not this one's
+    return inline, ready
+
+
 def test_offers_use_pairs_made_ahead(reg, procs, tmp_path):
     need("strace")
     port = free_port()
@@ -25,23 +43,35 @@ def test_offers_use_pairs_made_ahead(reg, procs, tmp_path):
                        worker + ["client", str(port), "connect", "100", "1"], env=reg.env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    # per connection: socket(AF_INET) ... sendmsg (the offer); a socketpair
-    # in between was made on the way, one elsewhere was made ahead
-    inline = ready = 0
-    made = False
     lines = open(trace).read().splitlines()
     assert not [l for l in lines if "SO_DOMAIN" in l], "the client asked SO_DOMAIN"
-    for l in lines:
-        if "socket(AF_INET," in l:
-            made = False
-        elif "socketpair(" in l:
-            made = True
-        elif "sendmsg(" in l:
-            inline += made
-            ready += not made
-            made = True             # a pair made after the offer is not this one's
+    inline, ready = offers_by_pair(trace)
     assert ready + inline >= 100, (ready, inline, r.stdout)
     assert ready >= (ready + inline) // 2, (ready, inline)
+    st = reg.stats()
+    assert st["accelerated_client"] >= 100 and st["fallback_not_short_lived"] == 0, st
+
+
+def test_no_pairs_kept_without_room_above_the_descriptors(reg, procs, tmp_path):
+    """With 64 descriptors the hidden range is out of reach: no pair may
+    wait among the application's numbers, and no spin keeps trying."""
+    need("strace")
+    need("prlimit")
+    port = free_port()
+    worker = [str(TESTBIN.parent / "smclo"), "__bench-worker"]
+    srv = procs.start(worker + ["server", str(port), "connect", "100", "0"], env=reg.env)
+    wait_port(port, proc=srv)
+    trace = tmp_path / "client.strace"
+    r = subprocess.run(["prlimit", "--nofile=64:64", "strace", "-f", "-qq", "--seccomp-bpf",
+                        "-o", str(trace), "-e", "trace=socket,socketpair,sendmsg", SMCLO, "run", "--"] +
+                       worker + ["client", str(port), "connect", "100", "1"], env=reg.env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    inline, ready = offers_by_pair(trace)
+    pairs = sum("socketpair(" in l for l in open(trace).read().splitlines())
+    # each offer makes its own pair on the way, plus at most one refused try
+    assert ready == 0 and inline >= 100, (ready, inline)
+    assert pairs <= 2 * inline, (inline, pairs)
     st = reg.stats()
     assert st["accelerated_client"] >= 100 and st["fallback_not_short_lived"] == 0, st
 
