@@ -368,12 +368,19 @@ int stats_totals_sum(int dirfd, struct stats_totals *out)
 	return sum.files;
 }
 
-uint64_t stats_fallback_not_short_lived(const struct stats_totals *t)
+uint64_t stats_fallbacks(const struct stats_totals *t)
 {
-	uint64_t all = 0, short_lived = t->fallback[R_SHORT_LIVED];
-	uint64_t no_smclo = t->fallback[R_PEER_NO_SMCLO];
+	uint64_t all = 0;
 
 	for (int r = R_NONE + 1; r < R_COUNT; r++)
 		all += t->fallback[r];
-	return all - short_lived - (no_smclo < short_lived ? no_smclo : short_lived);
+	return all;
+}
+
+uint64_t stats_fallback_not_short_lived(const struct stats_totals *t)
+{
+	uint64_t short_lived = t->fallback[R_SHORT_LIVED];
+	uint64_t no_smclo = t->fallback[R_PEER_NO_SMCLO];
+
+	return stats_fallbacks(t) - short_lived - (no_smclo < short_lived ? no_smclo : short_lived);
 }

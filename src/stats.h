@@ -105,6 +105,9 @@ void stats_for_each(int dirfd, void (*fn)(const struct stat_slot *, void *), voi
 
 void stats_reset(struct stats_totals *tot);
 
+/* Connection ends left on TCP, for every reason. */
+uint64_t stats_fallbacks(const struct stats_totals *t);
+
 /*
  * Connection ends left on TCP for a reason other than the short-lived
  * policy (payoff.h): the ends a benchmark of accelerated connections must

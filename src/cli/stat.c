@@ -117,7 +117,7 @@ int cmd_stats(int argc, char **argv)
 	struct smclo_config c;
 	struct stats_totals *mine, sum, *t = &sum;
 	int json = 0, reset = 0, dirfd, rc;
-	uint64_t fallbacks = 0;
+	uint64_t fallbacks;
 
 	if ((rc = parse_flags(argc, argv, &json, &reset, "stats")) ||
 	    (rc = open_registry(&c, &dirfd, &mine)))
@@ -128,8 +128,7 @@ int cmd_stats(int argc, char **argv)
 			printf("smclo: totals reset\n");
 	}
 	stats_totals_sum(dirfd, &sum);
-	for (int r = 1; r < R_COUNT; r++)
-		fallbacks += t->fallback[r];
+	fallbacks = stats_fallbacks(t);
 	if (json) {
 		printf("{\"registry\": \"%s\", \"since\": %lld, \"accelerated\": %llu, "
 		       "\"accelerated_client\": %llu, \"accelerated_server\": %llu, "
