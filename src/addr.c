@@ -30,6 +30,32 @@ int ep_from_sockaddr(struct ep *e, const struct sockaddr *sa, socklen_t len)
 	return -1;
 }
 
+socklen_t ep_to_sockaddr(const struct ep *e, int domain, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (domain != AF_INET6 && ep_is_v4(e)) {
+		struct sockaddr_in *s = (void *)ss;
+		s->sin_family = AF_INET;
+		s->sin_port = htons(e->port);
+		memcpy(&s->sin_addr, e->ip + 12, 4);
+		return sizeof(*s);
+	}
+	struct sockaddr_in6 *s = (void *)ss;
+	s->sin6_family = AF_INET6;
+	s->sin6_port = htons(e->port);
+	memcpy(&s->sin6_addr, e->ip, 16);
+	return sizeof(*s);
+}
+
+void ep_copy_out(const struct ep *e, int domain, struct sockaddr *sa, socklen_t *len)
+{
+	struct sockaddr_storage ss;
+	socklen_t n = ep_to_sockaddr(e, domain, &ss);
+
+	memcpy(sa, &ss, *len < n ? *len : n);
+	*len = n;
+}
+
 int ep_is_v4(const struct ep *e)
 {
 	return memcmp(e->ip, v4mapped_prefix, 12) == 0;
@@ -56,6 +82,18 @@ int ep_is_any(const struct ep *e)
 int ep_ip_equal(const struct ep *a, const struct ep *b)
 {
 	return memcmp(a->ip, b->ip, 16) == 0;
+}
+
+int ep_covers(const struct ep *l, const struct ep *dst, int v6only)
+{
+	if (ep_ip_equal(l, dst))
+		return 1;
+	if (!ep_is_any(l))
+		return 0;
+	/* a v6 wildcard listener takes v4 clients unless IPV6_V6ONLY */
+	if (ep_is_v4(l))
+		return ep_is_v4(dst);
+	return !ep_is_v4(dst) || !v6only;
 }
 
 int ep_equal(const struct ep *a, const struct ep *b)

@@ -17,6 +17,7 @@ size_t clc_size(enum clc_type type)
 	case CLC_ACCEPT:
 	case CLC_CONFIRM:
 	case CLC_OFFER:    return sizeof(struct clc_accept);
+	case CLC_DIRECT:   return sizeof(struct clc_direct);
 	case CLC_DECLINE:  return sizeof(struct clc_decline);
 	}
 	return 0;
@@ -39,6 +40,9 @@ static int body_valid(const union clc_msg *m)
 	case CLC_CONFIRM:
 	case CLC_OFFER:
 		return ring_size_valid(m->accept.ring_size) && ring_size_valid(m->accept.rx_max);
+	case CLC_DIRECT:
+		return ring_size_valid(m->accept.ring_size) && ring_size_valid(m->accept.rx_max) &&
+		       m->direct.dst_port != 0;
 	case CLC_DECLINE:
 		return m->decline.reason > R_NONE && m->decline.reason < R_COUNT;
 	}

@@ -30,6 +30,7 @@ enum clc_type {
 	CLC_CONFIRM  = 3,
 	CLC_DECLINE  = 4,
 	CLC_OFFER    = 5,     /* client -> server's inbox (inbox.h) */
+	CLC_DIRECT   = 6,     /* client -> a listener's direct inbox: no TCP follows */
 };
 
 struct clc_hdr {
@@ -54,6 +55,14 @@ struct clc_accept {
 	uint64_t netns;
 };
 
+/* An offer for a connection that has no TCP connection behind it. */
+struct clc_direct {
+	struct clc_accept offer;
+	uint8_t dst_ip[16];   /* the address the client connect()ed to (struct ep) */
+	uint16_t dst_port;
+	uint8_t pad[6];
+};
+
 struct clc_decline {
 	struct clc_hdr hdr;
 	uint32_t reason;
@@ -62,7 +71,8 @@ struct clc_decline {
 
 union clc_msg {
 	struct clc_hdr hdr;
-	struct clc_accept accept;
+	struct clc_accept accept;     /* also the head of a CLC_DIRECT */
+	struct clc_direct direct;
 	struct clc_decline decline;
 };
 

@@ -45,7 +45,7 @@ static void close_hidden_tcp(struct conn *c, int last)
 {
 	if (c->tcp_fd < 0)
 		return;
-	if (last) {
+	if (last && !c->direct) {
 		/* no TIME_WAIT for a socket that carried no data: its port is free at once */
 		struct linger l = { .l_onoff = 1, .l_linger = 0 };
 		sys_setsockopt(c->tcp_fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
@@ -77,6 +77,10 @@ static void record_payoff(struct conn *c)
 
 	if (!region_mine(c->region))
 		return;
+	if (c->direct) {
+		payoff_record_paid(&c->peer);   /* cheaper than TCP to set up, however short */
+		return;
+	}
 	if (c->slot)
 		bytes = atomic_load(&c->slot->tx_bytes) + atomic_load(&c->slot->rx_bytes);
 	payoff_record(&c->peer, atomic_load_explicit(&c->calls, memory_order_relaxed), bytes);

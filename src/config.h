@@ -26,6 +26,7 @@ struct smclo_config {
 	int handshake_ms;
 	int max_conns;
 	int cross_netns;
+	int direct;                 /* blocking listeners take connections without TCP */
 	int short_lived;            /* keep short-lived connections on TCP when CPUs are busy */
 	int allow_any_uid;
 	int n_allow_uids;

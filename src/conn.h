@@ -57,6 +57,12 @@ struct conn {
 	int fd_count;                   /* descriptors of this process naming it */
 	int mode;                       /* MODE_SHM or MODE_TCP */
 	int tcp_fd;                     /* hidden TCP socket (shm mode), or -1 */
+	/*
+	 * Set up without a TCP connection (the direct handshake, handshake.c):
+	 * the hidden socket, if any, is not connected, and the addresses are
+	 * the ones recorded below.
+	 */
+	int direct;
 	int inherited;                  /* came to this process through fork */
 	unsigned fork_gen;              /* last fork that counted us as a holder */
 	int domain;                     /* what SO_DOMAIN answers (AF_INET/6/AF_SMC) */
@@ -102,6 +108,8 @@ static inline void conn_count_call(struct conn *c)
 #define FDF_PENDING  128u   /* a connection whose handshake is not decided yet */
 #define FDF_PARKED   256u   /* a registration of it was parked in some set once (watch.c) */
 #define FDF_INET6    512u   /* with FDF_KNOWN: an AF_INET6 socket (else AF_INET) */
+#define FDF_DIRECT  1024u   /* a listener taking connections without TCP (handshake.c) */
+#define FDF_NO_DIRECT 2048u /* a listener that never will (hs_listener_no_direct) */
 
 /* Library-wide state set up by the constructor. */
 extern int smclo_active;       /* 0: pass everything through */
@@ -116,6 +124,7 @@ extern struct stats_totals *totals;
 struct fd_entry {
 	_Atomic(struct conn *) conn;
 	_Atomic uint16_t flags;
+	_Atomic uint16_t kernel_accepts;        /* threads in accept()'s kernel wait (handshake.c) */
 	int listen_lock;                /* lock fd of our listener entry, +1 (0 = none) */
 };
 extern struct fd_entry *fdtab;

@@ -245,6 +245,7 @@ struct shm_parts {
 	struct conn_shared *sh;
 	uint32_t up, down;      /* ring data sizes, client->server and back */
 	int rcvtimeo_ms;        /* SO_RCVTIMEO carried over (so_copy_timeouts) */
+	int direct;             /* set up without a TCP connection (conn.direct) */
 };
 
 static void parts_free(struct shm_parts *p)
@@ -282,6 +283,7 @@ static struct conn *conn_new_shm(int slot_fd, int role, struct shm_parts *p,
 		c->rx_size = p->up;
 	}
 	c->sh = p->sh;
+	c->direct = p->direct;
 	c->sh->nonblock = nonblock;
 	c->sh->rcvtimeo_ms = p->rcvtimeo_ms + 1;    /* known: no lookup at the first sleep */
 	c->local = *l;
@@ -580,7 +582,7 @@ static uint32_t min_u32(uint32_t a, uint32_t b)
 
 /* Region and socket pair for an offer to the listener's process; -1 if not. */
 static int offer_prepare(struct client *cl, struct shm_parts *p, int pair[2],
-                         int fds[OFFER_FDS], union clc_msg *m)
+                         int fds[OFFER_FDS], union clc_msg *m, enum clc_type type)
 {
 	const struct listener_offer *lo = &cl->listener.offer;
 
@@ -595,7 +597,7 @@ static int offer_prepare(struct client *cl, struct shm_parts *p, int pair[2],
 		return -1;
 	}
 	atomic_store(&region_up(p->region)->offer, OFFER_OPEN);
-	clc_init(m, CLC_OFFER, 0);
+	clc_init(m, type, 0);          /* a CLC_DIRECT begins as a CLC_OFFER */
 	m->accept.pid = (uint32_t)sys_getpid();
 	m->accept.ring_size = p->up;
 	m->accept.rx_max = p->down;
@@ -632,7 +634,8 @@ static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
 	int fl = sys_fcntl(cl->fd, F_GETFL, 0);
 	struct conn *c;
 
-	ep_of_socket(cl->fd, 0, &cl->src);
+	if (!p->direct)                 /* a direct one bound its socket: src is known */
+		ep_of_socket(cl->fd, 0, &cl->src);
 	if (!(c = conn_new_shm(cl->fd, ROLE_CLIENT, p, &cl->src, &cl->dst, domain_of(cl->fd),
 	                       (fl & O_NONBLOCK) != 0)))
 		return -1;
@@ -667,6 +670,29 @@ static void pending_take(int fd, struct conn *c)
 }
 
 /*
+ * A direct connection that falls back has no TCP connection yet: make it
+ * now, as connect() would have (waiting at most the handshake timeout for
+ * a non-blocking socket).  If it fails, the descriptor is a socket whose
+ * connect failed, and the application's next call says so.
+ */
+static int pending_connect(int fd, struct conn *c, long until)
+{
+	struct sockaddr_storage ss;
+	socklen_t l = ep_to_sockaddr(&c->peer, (fd_flags(fd) & FDF_INET6) ? AF_INET6 : AF_INET,
+	                             &ss);
+	int err = 0;
+	socklen_t el = sizeof(err);
+
+	c->direct = 0;
+	if (sys_connect(fd, &ss, l) == 0)
+		return 0;
+	if (errno != EINPROGRESS || wait_fd(fd, POLLOUT, until) < 0)
+		return -1;
+	sys_getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+	return err ? -1 : 0;
+}
+
+/*
  * Nobody will read the ring: what the application wrote into it goes into
  * the TCP socket, before anything else can, and the connection is TCP.
  */
@@ -676,6 +702,8 @@ static void pending_fall_back(int fd, struct conn *c, int reason)
 	uint64_t n = c->sh->prod, done = 0;
 	long until = mono_now_ms() + cfg.handshake_ms;
 
+	if (c->direct && pending_connect(fd, c, until) < 0)
+		n = 0;          /* nowhere to put them: the connection failed */
 	while (done < n) {
 		ssize_t k = sys_send(fd, data + done, (size_t)(n - done), MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (k > 0)
@@ -764,9 +792,9 @@ static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t 
 	int pair[2], fds[OFFER_FDS], timed_out, e;
 	uint32_t w;
 
-	if (offer_prepare(cl, &p, pair, fds, &m) < 0)
+	if (offer_prepare(cl, &p, pair, fds, &m, CLC_OFFER) < 0)
 		return -1;
-	if (inbox_send(&cl->listener, &m, fds) < 0) {
+	if (inbox_send(&cl->listener, cl->listener.offer.inbox, &m, fds) < 0) {
 		sys_close(pair[0]);
 		sys_close(pair[1]);
 		parts_free(&p);
@@ -795,6 +823,65 @@ static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t 
 	return 0;
 }
 
+/*
+ * A direct connection has an address of its own, as TCP's would: the
+ * socket is bound to the destination's address (a local one) and an
+ * ephemeral port, unless the application bound it.
+ */
+static int direct_bind(struct client *cl)
+{
+	struct sockaddr_storage ss;
+	struct ep here = cl->dst;
+	socklen_t l;
+
+	if (ep_of_socket(cl->fd, 0, &cl->src) < 0)
+		return -1;
+	if (cl->src.port)
+		return 0;
+	here.port = 0;
+	l = ep_to_sockaddr(&here, (fd_flags(cl->fd) & FDF_INET6) ? AF_INET6 : AF_INET, &ss);
+	if (sys_bind(cl->fd, &ss, l) < 0 || ep_of_socket(cl->fd, 0, &cl->src) < 0)
+		return -1;
+	return 0;
+}
+
+/*
+ * The direct handshake: the listener's process takes connections without
+ * TCP (it waits in accept() where it sees the listener's direct inbox), so
+ * the offer is the whole set-up - no SYN, no TCP connection, nothing to
+ * reset at close.  connect() returns at once and the connection is pending
+ * like any inbox offer's (hs_resolve); if the server does not take it, the
+ * TCP connection is made then and what was written is replayed into it.
+ * Returns -1 if the offer could not be sent (the socket may be bound now).
+ */
+static int client_direct(struct client *cl)
+{
+	struct shm_parts p = { .direct = 1 };
+	union clc_msg m;
+	int pair[2], fds[OFFER_FDS];
+
+	/* the family for bind() and a later connect() comes from the fd table */
+	if (!(fd_flags(cl->fd) & FDF_KNOWN) || direct_bind(cl) < 0 ||
+	    offer_prepare(cl, &p, pair, fds, &m, CLC_DIRECT) < 0)
+		return -1;
+	memcpy(m.direct.dst_ip, cl->dst.ip, sizeof(m.direct.dst_ip));
+	m.direct.dst_port = cl->dst.port;
+	if (inbox_send(&cl->listener, cl->listener.offer.direct, &m, fds) < 0) {
+		sys_close(pair[0]);
+		sys_close(pair[1]);
+		parts_free(&p);
+		return -1;
+	}
+	sys_close(pair[1]);
+	if (client_pending(cl, pair[0], &p) == 0)
+		return 0;
+	/* no memory for the connection: a server that took it sees the pair hang up */
+	offer_withdraw(region_up(p.region));
+	sys_close(pair[0]);
+	parts_free(&p);
+	return -1;
+}
+
 int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	struct client cl = { .fd = fd, .rendezvous = -1 };
@@ -811,6 +898,8 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	reason = client_precheck(&cl);
 	if (reason == R_NONE && cl.listener.exclusive) {
 		int rc;
+		if (cl.listener.offer.direct && cfg.direct && client_direct(&cl) == 0)
+			return 0;
 		if (client_offer(&cl, sa, len, &rc) == 0)
 			return rc;
 	}
@@ -851,7 +940,10 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 /* ---- server side -------------------------------------------------------- */
 
 struct server {
-	int fd;                 /* accepted TCP socket */
+	int fd;                 /* accepted TCP socket (-1: direct) */
+	int lfd;                /* direct: the listener */
+	int direct;             /* a direct offer: no TCP connection */
+	struct ep listen_addr;  /* direct: what the listener is bound to */
 	int flags;              /* accept4() flags */
 	struct ep local, peer;
 	uint64_t netns;
@@ -990,16 +1082,26 @@ static int server_decline(struct server *sv, int reason)
 	return server_fallback(sv, reason);
 }
 
-/* The handshake is won: our end of the pair becomes the application's fd. */
+/*
+ * The handshake is won: our end of the pair becomes the application's fd.
+ * Family and timeouts are the accepted socket's - a direct connection's are
+ * the listener's, which an accepted socket inherits.
+ */
 static int server_install(struct server *sv, struct shm_parts *p)
 {
-	int domain = domain_of(sv->fd);
+	int model = sv->direct ? sv->lfd : sv->fd, tcp = -1;
+	int domain = domain_of(model);
 
-	DBG("accept fd %d: shm (ring tx %u rx %u)", sv->s, p->down, p->up);
-	p->rcvtimeo_ms = so_copy_timeouts(sv->fd, sv->s);
+	DBG("accept fd %d: shm (ring tx %u rx %u)%s", sv->s, p->down, p->up,
+	    sv->direct ? " without TCP" : "");
+	p->rcvtimeo_ms = so_copy_timeouts(model, sv->s);
+	p->direct = sv->direct;
 	sys_fcntl(sv->s, F_SETFL, (sv->flags & SOCK_NONBLOCK) ? O_NONBLOCK : 0);
-	fd_set_flags(sv->fd, 0);
-	conn_shm(sv->s, fd_hide(sv->fd), ROLE_SERVER, p, &sv->local, &sv->peer, domain,
+	if (!sv->direct) {
+		fd_set_flags(sv->fd, 0);
+		tcp = fd_hide(sv->fd);
+	}
+	conn_shm(sv->s, tcp, ROLE_SERVER, p, &sv->local, &sv->peer, domain,
 	         (sv->flags & SOCK_NONBLOCK) != 0);
 	return sv->s;
 }
@@ -1025,6 +1127,15 @@ static int server_handshake(struct server *sv)
 }
 
 /* ---- server side: an offer from our inbox (inbox.h) --------------------- */
+
+/* A direct offer's proof: the client's own TCP socket, bound (its address
+ * is the peer's) in our namespace, and a destination our listener covers. */
+static int proof_direct(struct server *sv, int theirs)
+{
+	return sock_is_tcp(theirs) && netns_cookie(theirs) == sv->netns &&
+	       ep_of_socket(theirs, 0, &sv->peer) == 0 && sv->peer.port != 0 &&
+	       sv->local.port == sv->listen_addr.port && ep_covers(&sv->listen_addr, &sv->local, 0);
+}
 
 /* Is @s a socket pair end (AF_UNIX, SOCK_SEQPACKET) made by a user we may attach to? */
 static int offer_pair_check(int s)
@@ -1063,7 +1174,8 @@ static int offer_check(struct server *sv, const union clc_msg *m, const int fds[
 	if ((reason = offer_pair_check(fds[OFFER_FD_PAIR])) != R_NONE)
 		return reason;
 	/* inbox_take matched its addresses to this connection already */
-	if (!proof_same_host(&sv->local, sv->netns, fds[OFFER_FD_TCP]))
+	if (!(sv->direct ? proof_direct(sv, fds[OFFER_FD_TCP]) :
+	      proof_same_host(&sv->local, sv->netns, fds[OFFER_FD_TCP])))
 		return R_PROOF_FAILED;
 	if (!(p->sh = conn_shared_new()))
 		return R_NO_MEMORY;
@@ -1075,7 +1187,8 @@ static int server_take_offer(struct server *sv, const union clc_msg *m, int fds[
 	struct shm_parts p = { 0 };
 	int reason;
 
-	sv->netns = netns_cookie(sv->fd);
+	if (!sv->direct)
+		sv->netns = netns_cookie(sv->fd);
 	reason = offer_check(sv, m, fds, &p);
 	if (p.region && offer_decide(region_up(p.region), reason == R_NONE ? OFFER_TAKEN :
 	                             OFFER_DECLINED | (uint32_t)reason << 8) < 0)
@@ -1085,15 +1198,201 @@ static int server_take_offer(struct server *sv, const union clc_msg *m, int fds[
 	if (reason != R_NONE) {
 		sys_close(fds[OFFER_FD_PAIR]);
 		parts_free(&p);
-		return server_fallback(sv, reason);
+		/* a direct offer leaves no connection behind: the client connects over TCP */
+		return sv->direct ? -1 : server_fallback(sv, reason);
 	}
 	if (totals)
 		atomic_fetch_add_explicit(&totals->inbox_handshakes, 1, memory_order_relaxed);
+	if (totals && sv->direct)
+		atomic_fetch_add_explicit(&totals->direct_handshakes, 1, memory_order_relaxed);
 	sv->s = fds[OFFER_FD_PAIR];
 	/* it came with MSG_CMSG_CLOEXEC; the application asked for what accept4 says */
 	if (!(sv->flags & SOCK_CLOEXEC))
 		sys_fcntl(sv->s, F_SETFD, 0);
 	return server_install(sv, &p);
+}
+
+/* ---- server side: the direct handshake (connections without TCP) ------- */
+
+/*
+ * A listener goes direct at the first accept() that would block in the
+ * kernel: the process waits there, so accept() can wait on the listener and
+ * on a direct inbox of the listener's own together, and the client need not
+ * make a TCP connection to wake it.  The listener's entry is made again,
+ * naming that inbox; clients that see it send a CLC_DIRECT offer there and
+ * no SYN.  Anything that waits for the listener where accept() cannot see
+ * (epoll, poll, select), makes it non-blocking or gives it a receive
+ * timeout takes it back to TCP for good (hs_listener_no_direct): its entry
+ * is made again without the inbox, and offers queued there are declined so
+ * their clients connect over TCP at once.
+ */
+
+static int listener_register(int fd, const struct listener_offer *offer);
+
+/* A new entry for listener @fd naming @direct (0: none) replaces its entry. */
+static int listener_reregister(int fd, uint64_t direct)
+{
+	struct listener_offer offer = { .inbox = inbox_id(), .direct = direct,
+	                                .tx_size = cfg.tx_size, .rx_max = cfg.rx_max };
+	int lock = offer.inbox ? listener_register(fd, &offer) : -1, old;
+
+	if (lock < 0)
+		return -1;
+	old = fd_take_listen_lock(fd);
+	fd_set_listen_lock(fd, lock);
+	if (old >= 0)
+		registry_lock_remove(registry_fd, "l", old);
+	return 0;
+}
+
+/*
+ * Threads inside accept()'s kernel wait on a listener, or about to enter
+ * it, are counted in its descriptor's entry.  Such a thread would not see a
+ * direct offer, and a client whose offer nobody sees waits out its
+ * handshake timeout; so a listener goes direct only while none is there.
+ * The waiter counts itself before it looks at FDF_DIRECT, the switch sets
+ * FDF_DIRECT before it looks at the count (both sequentially consistent):
+ * one of them sees the other.
+ */
+void hs_kernel_accept(int lfd, int delta)
+{
+	struct fd_entry *e = fd_entry(lfd);
+
+	if (e)
+		atomic_fetch_add(&e->kernel_accepts, (uint16_t)delta);
+	atomic_thread_fence(memory_order_seq_cst);
+}
+
+static int kernel_accepts(int lfd)
+{
+	struct fd_entry *e = fd_entry(lfd);
+
+	return e ? atomic_load(&e->kernel_accepts) : 0;
+}
+
+/* An offer queued when the listener went back to TCP: its client connects over TCP now. */
+static void direct_refuse(const union clc_msg *m, int fds[OFFER_FDS])
+{
+	struct region *r = NULL;
+	uid_t owner;
+
+	if (m->accept.ring_size <= cfg.rx_max && m->accept.rx_max <= cfg.tx_size)
+		r = region_map(fds[OFFER_FD_REGION], m->accept.ring_size, m->accept.rx_max, &owner);
+	if (r) {
+		offer_decide(region_up(r), OFFER_DECLINED | (uint32_t)R_DIRECT_ENDED << 8);
+		region_put(r, 0);
+	}
+	sys_close_all(fds, OFFER_FDS);
+}
+
+/* Listener @fd takes connections through TCP again. */
+static void listener_leave_direct(int fd)
+{
+	listener_reregister(fd, 0);
+	fd_set_flags(fd, fd_flags(fd) & ~FDF_DIRECT);
+	inbox_direct_close(fd, direct_refuse);
+	DBG("listen fd %d: back to TCP only", fd);
+}
+
+/*
+ * Make blocking listener @lfd direct (-1 and never again if it cannot be):
+ * after it took an smclo client's offer, so a server of plain clients only
+ * never pays the poll a direct accept() makes.
+ */
+static void listener_go_direct(int lfd)
+{
+	struct timeval tv = { 0 };
+	socklen_t l = sizeof(tv);
+	int fl;
+	struct ep addr;
+	uint64_t id;
+
+	if ((fd_flags(lfd) & (FDF_LISTENING | FDF_DIRECT | FDF_NO_DIRECT)) != FDF_LISTENING ||
+	    server_precheck() != R_NONE || kernel_accepts(lfd) > 0)
+		return;         /* not now (io_uring, too many connections, another thread
+		                   waits in the kernel), or decided already */
+	fl = sys_fcntl(lfd, F_GETFL, 0);
+	if (!cfg.direct || fl < 0 || (fl & O_NONBLOCK) ||
+	    sys_getsockopt(lfd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) < 0 || tv.tv_sec || tv.tv_usec ||
+	    ep_of_socket(lfd, 0, &addr) < 0)
+		goto never;
+	if (!(id = inbox_direct_open(lfd, &addr, netns_cookie(lfd))))
+		goto never;
+	if (listener_reregister(lfd, id) < 0) {
+		inbox_direct_close(lfd, direct_refuse);
+		goto never;
+	}
+	fd_add_flags(lfd, FDF_DIRECT);
+	if (kernel_accepts(lfd) > 0) {         /* one came meanwhile: not now */
+		listener_leave_direct(lfd);
+		return;
+	}
+	DBG("listen fd %d: takes connections without TCP (direct inbox %llx)", lfd,
+	    (unsigned long long)id);
+	return;
+never:
+	fd_add_flags(lfd, FDF_NO_DIRECT);
+}
+
+void hs_listener_no_direct(int fd)
+{
+	uint16_t f = fd_flags(fd);
+
+	if (!(f & FDF_LISTENING) || (f & FDF_NO_DIRECT))
+		return;
+	fd_add_flags(fd, FDF_NO_DIRECT);
+	if (f & FDF_DIRECT)
+		listener_leave_direct(fd);
+}
+
+/* The next direct offer in @dsock taken: the application's fd, or -1 when none is queued. */
+static int direct_take_next(int lfd, int dsock, const struct ep *addr, uint64_t netns,
+                            int flags, struct ep *peer)
+{
+	struct server sv;
+	union clc_msg m;
+	int fds[OFFER_FDS], fd;
+
+	do {
+		if (clc_recv(dsock, CLC_DIRECT, 0, &m, fds, OFFER_FDS) < 0) {
+			if (errno == EPROTO)
+				continue;       /* not an offer: dropped, descriptors closed */
+			return -1;
+		}
+		sv = (struct server){ .fd = -1, .lfd = lfd, .direct = 1, .flags = flags, .s = -1,
+		                      .netns = netns, .listen_addr = *addr };
+		memcpy(sv.local.ip, m.direct.dst_ip, sizeof(sv.local.ip));
+		sv.local.port = m.direct.dst_port;
+		fd = server_take_offer(&sv, &m, fds);
+	} while (fd < 0);
+	*peer = sv.peer;
+	return fd;
+}
+
+int hs_accept_direct(int lfd, int flags, struct ep *peer)
+{
+	for (;;) {
+		struct ep addr;
+		uint64_t netns;
+		int dsock = inbox_direct_sock(lfd, &addr, &netns), fd;
+		struct pollfd p[2] = { { .fd = lfd, .events = POLLIN },
+		                       { .fd = dsock, .events = POLLIN } };
+
+		if (dsock < 0)
+			return HS_ACCEPT_KERNEL;        /* back to TCP meanwhile */
+		/* as accept() would sleep: a restarting signal goes on, any other ends it */
+		if (sys_poll(p, 2, -1) < 0) {
+			if (errno == EINTR && bell_signals_restart())
+				continue;
+			return -1;
+		}
+		/* the inbox first: what the kernel queued stays queued */
+		if (p[1].revents &&
+		    (fd = direct_take_next(lfd, dsock, &addr, netns, flags, peer)) >= 0)
+			return fd;
+		if (p[0].revents)
+			return HS_ACCEPT_KERNEL;
+	}
 }
 
 int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t peer_len)
@@ -1123,8 +1422,11 @@ int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t
 	{
 		union clc_msg m;
 		int fds[OFFER_FDS];
-		if (inbox_take(&sv.local, &sv.peer, &m, fds) == 0)
-			return server_take_offer(&sv, &m, fds);
+		if (inbox_take(&sv.local, &sv.peer, &m, fds) == 0) {
+			rc = server_take_offer(&sv, &m, fds);
+			listener_go_direct(lfd);        /* an smclo client: the next ones need no TCP */
+			return rc;
+		}
 	}
 	if (!registry_rendezvous_any(registry_fd))
 		return server_fallback(&sv, R_PEER_NO_SMCLO);   /* no client waits under p/ */
@@ -1203,6 +1505,8 @@ static void listener_forked(int fd)
 
 	if (old >= 0)
 		sys_close(old);
+	/* the parent's direct inbox is not the child's (inbox.c drops the copy) */
+	fd_set_flags(fd, (fd_flags(fd) & ~FDF_DIRECT) | FDF_NO_DIRECT);
 	if (lock < 0)
 		return;
 	if (!(sys_fcntl(fd, F_GETFD, 0) & FD_CLOEXEC))
@@ -1222,5 +1526,7 @@ void hs_listener_closed(int fd)
 	/* a fork child holds an entry of its own (listener_forked) */
 	if (lock >= 0)
 		sys_close(lock);
-	fd_set_flags(fd, fd_flags(fd) & ~FDF_LISTENING);
+	if (fd_flags(fd) & FDF_DIRECT)
+		inbox_direct_close(fd, direct_refuse);
+	fd_set_flags(fd, fd_flags(fd) & ~(FDF_LISTENING | FDF_DIRECT));
 }

@@ -19,6 +19,23 @@ void hs_listen(int fd);
 /* Before listen() on a socket bound to a port: 0 if announced. */
 int hs_listen_bound(int fd);
 void hs_listener_closed(int fd);
+/*
+ * The direct handshake (handshake.c): a listener whose process blocks in
+ * accept() takes connections without TCP through its direct inbox.
+ * accept() on listener @lfd: the descriptor of a direct connection (its
+ * peer in *@peer), -1 with errno as accept() would fail, or HS_ACCEPT_KERNEL
+ * when the kernel has a connection to accept (or the listener is not direct).
+ */
+#define HS_ACCEPT_KERNEL (-2)
+struct ep;
+int hs_accept_direct(int lfd, int flags, struct ep *peer);
+/* A thread enters (+1) or leaves (-1) accept()'s wait in the kernel on @lfd. */
+void hs_kernel_accept(int lfd, int delta);
+/*
+ * Listener @fd is used in a way a direct accept cannot follow (a readiness
+ * call, O_NONBLOCK, a receive timeout): TCP only from now on.
+ */
+void hs_listener_no_direct(int fd);
 struct conn;
 /*
  * A connection whose offer is still undecided (handshake.c, "pending"):

@@ -12,6 +12,10 @@
  * inbox was last found empty, accept() skips the recvmsg() - so a plain
  * client costs a server no system call here.
  *
+ * A listener that takes connections without TCP (the direct handshake,
+ * handshake.c) has an inbox of its own besides: every message there is a
+ * direct offer for that listener, so it needs no stash and no count.
+ *
  * Client side: a few connected sockets to the inboxes recently used, so an
  * offer costs one sendmsg() and no path lookup.
  */
@@ -34,6 +38,7 @@
 #define DRAIN_MAX   64      /* offers read per accept, at most */
 #define LINKS_MAX   8       /* inboxes a client keeps a socket to */
 #define OFFER_SPIN_NS 200000LL  /* a server asleep in accept() takes this long to wake */
+#define DIRECT_MAX  16      /* listeners taking connections without TCP, per process */
 
 /* ---- the server's inbox ------------------------------------------------- */
 
@@ -52,12 +57,23 @@ static int stash_n;
 static uint64_t empty_at;           /* offers sent when the inbox was last found empty */
 static int empty_at_known;
 
+struct direct_inbox {
+	int lfd;                    /* the listener it serves */
+	int sock;                   /* -1: a free entry */
+	uint64_t id;
+	struct ep addr;             /* the listener's address and namespace */
+	uint64_t netns;
+};
+static struct direct_inbox directs[DIRECT_MAX];
+
 static pthread_mutex_t links_lock = PTHREAD_MUTEX_INITIALIZER;
 
 __attribute__((constructor)) static void inbox_init(void)
 {
 	fork_guard(&inbox_lock);
 	fork_guard(&links_lock);
+	for (int i = 0; i < DIRECT_MAX; i++)
+		directs[i].sock = -1;
 }
 
 static void stash_drop(int i)
@@ -91,6 +107,11 @@ static void forget_parents_inbox(void)
 		sys_close(inbox_sock);
 	while (stash_n)
 		stash_drop(stash_n - 1);
+	for (int i = 0; i < DIRECT_MAX; i++)
+		if (directs[i].sock >= 0) {
+			sys_close(directs[i].sock);
+			directs[i].sock = -1;
+		}
 	inbox_sock = -1;
 	inbox_ident = 0;
 	empty_at_known = 0;
@@ -102,27 +123,105 @@ static void inbox_name(char *out, size_t len, pid_t pid, uint64_t id)
 	snprintf(out, len, "%d.%016llx", (int)pid, (unsigned long long)id);
 }
 
+/* Bind a fresh inbox of this process: its socket (hidden) and id, or -1. */
+static int inbox_bind(uint64_t *id)
+{
+	char name[48];
+	int s;
+
+	if (registry_fd < 0)
+		return -1;
+	*id = registry_random64() | 1;          /* 0 names no inbox */
+	inbox_name(name, sizeof(name), sys_getpid(), *id);
+	s = registry_inbox_bind(registry_fd, name);
+	return s < 0 ? -1 : fd_hide(s);
+}
+
 uint64_t inbox_id(void)
 {
 	uint64_t id;
 
 	pthread_mutex_lock(&inbox_lock);
 	forget_parents_inbox();
-	if (inbox_sock < 0 && registry_fd >= 0) {
-		char name[48];
-		uint64_t fresh = registry_random64() | 1;       /* 0 names no inbox */
-		int s;
-
-		inbox_name(name, sizeof(name), sys_getpid(), fresh);
-		s = registry_inbox_bind(registry_fd, name);
-		if (s >= 0) {
-			inbox_sock = fd_hide(s);
-			inbox_ident = fresh;
-		}
-	}
+	if (inbox_sock < 0 && (inbox_sock = inbox_bind(&id)) >= 0)
+		inbox_ident = id;
 	id = inbox_ident;
 	pthread_mutex_unlock(&inbox_lock);
 	return id;
+}
+
+/* ---- a listener's direct inbox ------------------------------------------ */
+
+/* The entry serving @lfd, or a free one if @lfd is -1; NULL if none.  Lock held. */
+static struct direct_inbox *direct_find(int lfd)
+{
+	for (int i = 0; i < DIRECT_MAX; i++)
+		if (lfd < 0 ? directs[i].sock < 0 : directs[i].sock >= 0 && directs[i].lfd == lfd)
+			return &directs[i];
+	return NULL;
+}
+
+uint64_t inbox_direct_open(int lfd, const struct ep *addr, uint64_t netns)
+{
+	struct direct_inbox *d;
+	uint64_t id = 0;
+
+	pthread_mutex_lock(&inbox_lock);
+	forget_parents_inbox();
+	if (!direct_find(lfd) && (d = direct_find(-1)) && (d->sock = inbox_bind(&id)) >= 0) {
+		d->lfd = lfd;
+		d->id = id;
+		d->addr = *addr;
+		d->netns = netns;
+	} else {
+		id = 0;
+	}
+	pthread_mutex_unlock(&inbox_lock);
+	return id;
+}
+
+int inbox_direct_sock(int lfd, struct ep *addr, uint64_t *netns)
+{
+	struct direct_inbox *d;
+	int s = -1;
+
+	pthread_mutex_lock(&inbox_lock);
+	forget_parents_inbox();
+	if ((d = direct_find(lfd))) {
+		s = d->sock;
+		*addr = d->addr;
+		*netns = d->netns;
+	}
+	pthread_mutex_unlock(&inbox_lock);
+	return s;
+}
+
+void inbox_direct_close(int lfd, void (*refuse)(const union clc_msg *m, int fds[OFFER_FDS]))
+{
+	struct direct_inbox *d, gone = { .sock = -1 };
+	union clc_msg m;
+	int fds[OFFER_FDS];
+	char name[48];
+
+	pthread_mutex_lock(&inbox_lock);
+	forget_parents_inbox();
+	if ((d = direct_find(lfd))) {
+		gone = *d;
+		d->sock = -1;
+	}
+	pthread_mutex_unlock(&inbox_lock);
+	if (gone.sock < 0)
+		return;
+	/* no client sends here any more once the name is gone; answer the rest */
+	inbox_name(name, sizeof(name), sys_getpid(), gone.id);
+	registry_inbox_remove(registry_fd, name);
+	for (int n = 0; n < DRAIN_MAX; n++) {
+		if (clc_recv(gone.sock, CLC_DIRECT, 0, &m, fds, OFFER_FDS) == 0)
+			refuse(&m, fds);
+		else if (errno != EPROTO)
+			break;
+	}
+	sys_close(gone.sock);
 }
 
 /* Is @p the client end of the connection we accepted as @local <- @peer? */
@@ -295,7 +394,7 @@ static struct link *link_get(const char *name)
 	return l;
 }
 
-int inbox_send(const struct listener_info *li, const union clc_msg *m,
+int inbox_send(const struct listener_info *li, uint64_t id, const union clc_msg *m,
                const int fds[OFFER_FDS])
 {
 	struct clc_out o;
@@ -307,14 +406,15 @@ int inbox_send(const struct listener_info *li, const union clc_msg *m,
 	/* an offer nobody can count could be skipped by its server: send none */
 	if (registry_offers_sent(registry_fd, &sent) < 0)
 		return -1;
-	inbox_name(name, sizeof(name), li->pid, li->offer.inbox);
+	inbox_name(name, sizeof(name), li->pid, id);
 	pthread_mutex_lock(&links_lock);
 	l = link_get(name);
 	/* our TCP socket goes there: only to a user we may attach to */
 	if (l && config_uid_allowed(&cfg, l->owner)) {
 		if (sys_sendmsg(l->sock, clc_prepare(&o, m, fds, OFFER_FDS),
 		                MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)m->hdr.length) {
-			registry_offer_count(registry_fd);      /* queued: now it may count */
+			if (m->hdr.type == CLC_OFFER)   /* a direct inbox is read without */
+				registry_offer_count(registry_fd);      /* queued: now it may count */
 			rc = 0;
 		} else if (errno != EAGAIN)
 			link_drop(l);   /* the inbox is gone */

@@ -73,6 +73,19 @@ int inbox_take(const struct ep *local, const struct ep *peer, union clc_msg *m,
                int fds[OFFER_FDS]);
 
 /*
+ * A listener's direct inbox (handshake.c, direct handshake): every message
+ * there is a CLC_DIRECT offer for listener @lfd, bound to @addr in
+ * namespace @netns.  Open binds it and returns the id its listener entry
+ * names (0 if it cannot); the socket is -1 when @lfd has none (else the
+ * listener's address and namespace come with it); close unnames it, hands
+ * every offer still queued to @refuse (which closes the descriptors) and
+ * closes it.
+ */
+uint64_t inbox_direct_open(int lfd, const struct ep *addr, uint64_t netns);
+int inbox_direct_sock(int lfd, struct ep *addr, uint64_t *netns);
+void inbox_direct_close(int lfd, void (*refuse)(const union clc_msg *m, int fds[OFFER_FDS]));
+
+/*
  * Decide an open offer: @state is OFFER_TAKEN or OFFER_DECLINED | reason << 8.
  * Returns 0 if the decision is ours, -1 if the client withdrew first.
  */
@@ -80,8 +93,11 @@ int offer_decide(struct ring_hdr *up, uint32_t state);
 
 /* ---- client ---- */
 
-/* Send @m with @fds to the inbox @li names; 0 once queued there, else -1. */
-int inbox_send(const struct listener_info *li, const union clc_msg *m,
+/*
+ * Send @m with @fds to inbox @id of @li's process (li->offer.inbox, or
+ * li->offer.direct for a CLC_DIRECT); 0 once queued there, else -1.
+ */
+int inbox_send(const struct listener_info *li, uint64_t id, const union clc_msg *m,
                const int fds[OFFER_FDS]);
 
 /*

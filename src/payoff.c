@@ -104,6 +104,16 @@ int payoff_worth_offering(const struct ep *dst)
 	return probe_due(d);
 }
 
+void payoff_record_paid(const struct ep *dst)
+{
+	struct registry_dest *d;
+	uint64_t key;
+
+	if (cfg.short_lived && (d = dest_entry(dst, &key)) &&
+	    atomic_load_explicit(&d->key, memory_order_relaxed) == key)
+		atomic_store_explicit(&d->streak, 0, memory_order_relaxed);
+}
+
 void payoff_record(const struct ep *dst, uint32_t calls, uint64_t bytes)
 {
 	int is_short = calls <= SHORT_CALLS && bytes <= SHORT_BYTES;

@@ -34,5 +34,11 @@ int payoff_worth_offering(const struct ep *dst);
 /* A client's accelerated connection to @dst ended after @calls reads and
  * writes that moved data, @bytes in both directions. */
 void payoff_record(const struct ep *dst, uint32_t calls, uint64_t bytes);
+/*
+ * A client's connection to @dst was set up without TCP (handshake.c, direct
+ * handshake), which costs less than TCP's: it paid whatever it carried, so
+ * the destination's streak of short ones starts again.
+ */
+void payoff_record_paid(const struct ep *dst);
 
 #endif

@@ -202,6 +202,23 @@ EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 	return hs_connect(fd, sa, len);
 }
 
+/* A listener taking connections without TCP (handshake.c): one of those, or
+ * HS_ACCEPT_KERNEL when the kernel has one (or the listener does not). */
+static int accept_direct(int lfd, struct sockaddr *sa, socklen_t *len, int flags)
+{
+	struct ep from;
+	int fd;
+
+	if (sa && (int)*len < 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	fd = hs_accept_direct(lfd, flags, &from);
+	if (fd >= 0 && sa)
+		ep_copy_out(&from, (fd_flags(lfd) & FDF_INET6) ? AF_INET6 : AF_INET, sa, len);
+	return fd;
+}
+
 /*
  * The peer's address is asked of the kernel with the accept itself (no
  * getpeername() later) and copied out as accept() would: truncated to the
@@ -216,7 +233,15 @@ EXPORT int accept4(int lfd, struct sockaddr *sa, socklen_t *len, int flags)
 
 	if (!smclo_active || (sa && !len) || !is_tcp_socket(lfd))
 		return real_accept4(lfd, sa, len, flags);
+	hs_kernel_accept(lfd, 1);    /* before looking at FDF_DIRECT (handshake.c) */
+	if (fd_flags(lfd) & FDF_DIRECT) {
+		hs_kernel_accept(lfd, -1);
+		if ((fd = accept_direct(lfd, sa, len, flags)) != HS_ACCEPT_KERNEL)
+			return fd;
+		hs_kernel_accept(lfd, 1);
+	}
 	fd = real_accept4(lfd, (struct sockaddr *)&peer, &peer_len, flags);
+	hs_kernel_accept(lfd, -1);
 	if (fd < 0)
 		return fd;
 	if (sa) {
@@ -590,8 +615,11 @@ EXPORT int setsockopt(int fd, int level, int opt, const void *val, socklen_t len
 	struct conn *c = shm_conn(fd);
 	int rc;
 
-	if (!c)
+	if (!c) {
+		if (level == SOL_SOCKET && opt == SO_RCVTIMEO)
+			hs_listener_no_direct(fd);      /* accept() would time out */
 		return real_setsockopt(fd, level, opt, val, len);
+	}
 	rc = so_setsockopt(c, fd, level, opt, val, len);
 	conn_put(c);
 	return rc;
@@ -641,6 +669,8 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 		rc = real_ioctl(fd, req, arg);
 	if (c && req == FIONBIO && rc == 0)
 		atomic_store(&c->sh->nonblock, *(int *)arg != 0);
+	if (!c && req == FIONBIO && rc == 0 && *(int *)arg)
+		hs_listener_no_direct(fd);
 	if (c)
 		conn_put(c);
 	return rc;
@@ -655,7 +685,7 @@ static void copy_binding(int oldfd, int newfd)
 
 	if (newfd < 0 || oldfd == newfd || !smclo_active)
 		return;
-	fd_set_flags(newfd, fd_flags(oldfd) & ~(FDF_LISTENING | FDF_WATCHED | FDF_EPOLL));
+	fd_set_flags(newfd, fd_flags(oldfd) & ~(FDF_LISTENING | FDF_WATCHED | FDF_EPOLL | FDF_DIRECT));
 	watch_epfd_copied(oldfd);
 	c = conn_get(oldfd);
 	if (c) {
@@ -716,6 +746,8 @@ static int fcntl_common(int fd, int cmd, void *arg,
 
 	if ((cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && rc >= 0)
 		copy_binding(fd, rc);
+	if (cmd == F_SETFL && rc == 0 && ((long)arg & O_NONBLOCK))
+		hs_listener_no_direct(fd);
 	if (cmd == F_SETFL && rc == 0 && fd_has_conn(fd)) {
 		struct conn *c = shm_conn(fd);
 		if (c) {
@@ -779,8 +811,10 @@ EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	REAL(epoll_ctl);
 	int rc;
 
-	if (smclo_active && op != EPOLL_CTL_DEL)
+	if (smclo_active && op != EPOLL_CTL_DEL) {
 		hs_resolve_fd(fd);      /* the kernel must watch the descriptor it will be */
+		hs_listener_no_direct(fd);      /* it would not see direct connections */
+	}
 	if (smclo_active && (rc = watch_ctl_parked(epfd, op, fd, ev)) != WATCH_PASS)
 		return rc;
 	rc = real_epoll_ctl(epfd, op, fd, ev);
@@ -884,20 +918,33 @@ EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct 
 
 /* ---- poll and select (pollwait.c) --------------------------------------- */
 
-/* A connection still deciding would be polled as the TCP socket it is now. */
+/*
+ * A connection still deciding would be polled as the TCP socket it is now;
+ * a listener polled would not show connections without TCP.
+ */
+static void decide_polled_fd(int fd)
+{
+	uint16_t f = fd_flags(fd);
+
+	if (f & FDF_PENDING)
+		hs_resolve_fd(fd);
+	if ((f & (FDF_LISTENING | FDF_NO_DIRECT)) == FDF_LISTENING)
+		hs_listener_no_direct(fd);
+}
+
 static void decide_polled(const struct pollfd *fds, nfds_t n)
 {
 	for (nfds_t i = 0; i < n; i++)
-		if (fds[i].fd >= 0 && (fd_flags(fds[i].fd) & FDF_PENDING))
-			hs_resolve_fd(fds[i].fd);
+		if (fds[i].fd >= 0)
+			decide_polled_fd(fds[i].fd);
 }
 
 static void decide_selected(int nfds, const fd_set *rd, const fd_set *wr, const fd_set *ex)
 {
 	for (int fd = 0; fd < nfds && fd < FD_SETSIZE; fd++)
-		if ((fd_flags(fd) & FDF_PENDING) && ((rd && FD_ISSET(fd, rd)) ||
+		if ((fd_flags(fd) & (FDF_PENDING | FDF_LISTENING)) && ((rd && FD_ISSET(fd, rd)) ||
 		    (wr && FD_ISSET(fd, wr)) || (ex && FD_ISSET(fd, ex))))
-			hs_resolve_fd(fd);
+			decide_polled_fd(fd);
 }
 
 EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)

@@ -24,6 +24,7 @@ static const struct {
 	[R_NO_REGISTRY]     = { "no-registry", "registry directory unusable" },
 	[R_CROSS_NETNS_OFF] = { "cross-netns-off", "cross-namespace acceleration disabled" },
 	[R_SHORT_LIVED]     = { "short-lived", "short-lived, kept on TCP while CPU time is short" },
+	[R_DIRECT_ENDED]    = { "direct-ended", "listener stopped taking connections without TCP" },
 };
 
 const char *reason_id(int r)

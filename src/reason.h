@@ -26,6 +26,7 @@ enum smclo_reason {
 	R_NO_REGISTRY,         /* the registry directory is unusable */
 	R_CROSS_NETNS_OFF,     /* peer in another namespace and SMCLO_CROSS_NETNS=0 */
 	R_SHORT_LIVED,         /* short connections to this peer, CPUs oversubscribed (payoff.h) */
+	R_DIRECT_ENDED,        /* the listener stopped taking connections without TCP */
 	R_COUNT
 };
 

@@ -144,6 +144,27 @@ int registry_lock_create(int dirfd, const char *sub, const char *name)
 	return fd;
 }
 
+void registry_lock_remove(int dirfd, const char *sub, int lock)
+{
+	char link[64], target[PATH_MAX], path[REGISTRY_PATH_MAX];
+	struct stat mine, there;
+	const char *name;
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", lock);
+	n = readlink(link, target, sizeof(target) - 1);
+	if (n > 0) {
+		target[n] = '\0';
+		name = strrchr(target, '/');
+		/* only the very file we hold: not one that took its name meanwhile */
+		if (name && registry_entry_path(path, sub, name + 1) == 0 &&
+		    fstat(lock, &mine) == 0 && fstatat(dirfd, path, &there, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    mine.st_ino == there.st_ino && mine.st_dev == there.st_dev)
+			unlinkat(dirfd, path, 0);
+	}
+	close(lock);
+}
+
 int registry_is_locked(int dirfd, const char *sub, const char *name)
 {
 	char path[REGISTRY_PATH_MAX];
@@ -180,9 +201,10 @@ int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsi
 	if (!offer)
 		offer = &none;
 	ep_ip_hex(addr, ip);
-	snprintf(name, sizeof(name), "%u.%016llx.%s.%u.%d.%016llx.%u.%u.%08llx", addr->port,
-	         (unsigned long long)netns, ip, flags, (int)sys_getpid(),
-	         (unsigned long long)offer->inbox, offer->tx_size, offer->rx_max,
+	snprintf(name, sizeof(name), "%u.%016llx.%s.%u.%d.%016llx.%016llx.%u.%u.%08llx",
+	         addr->port, (unsigned long long)netns, ip, flags, (int)sys_getpid(),
+	         (unsigned long long)offer->inbox, (unsigned long long)offer->direct,
+	         offer->tx_size, offer->rx_max,
 	         (unsigned long long)(registry_random64() & 0xffffffffu));
 	lock = registry_lock_create(dirfd, "l", name);
 	if (lock >= 0)
@@ -201,27 +223,17 @@ struct listener_name {
 static int parse_listener_name(const char *n, struct listener_name *out)
 {
 	char ip[33];
-	unsigned long long rnd, inbox;
+	unsigned long long rnd, inbox, direct;
 
-	if (sscanf(n, "%u.%16llx.%32[0-9a-f].%u.%d.%16llx.%u.%u.%llx", &out->port, &out->netns,
-	           ip, &out->flags, &out->pid, &inbox, &out->offer.tx_size, &out->offer.rx_max,
-	           &rnd) != 9 || strlen(ip) != 32)
+	if (sscanf(n, "%u.%16llx.%32[0-9a-f].%u.%d.%16llx.%16llx.%u.%u.%llx", &out->port,
+	           &out->netns, ip, &out->flags, &out->pid, &inbox, &direct,
+	           &out->offer.tx_size, &out->offer.rx_max, &rnd) != 10 || strlen(ip) != 32)
 		return -1;
 	out->offer.inbox = inbox;
+	out->offer.direct = direct;
 	return ep_ip_from_hex(&out->ip, ip);
 }
 
-static int addr_matches(const struct listener_name *l, const struct ep *dst)
-{
-	if (ep_ip_equal(&l->ip, dst))
-		return 1;
-	if (!ep_is_any(&l->ip))
-		return 0;
-	/* a v6 wildcard listener takes v4 clients unless IPV6_V6ONLY */
-	if (ep_is_v4(&l->ip))
-		return ep_is_v4(dst);
-	return !ep_is_v4(dst) || !(l->flags & LISTEN_F_V6ONLY);
-}
 
 struct find_state {
 	const struct ep *dst;
@@ -254,6 +266,8 @@ static void note_inbox(struct find_state *f, const struct listener_name *l)
 		i->exclusive = l->offer.inbox != 0;
 	} else if (l->offer.inbox != i->offer.inbox || l->pid != i->pid) {
 		i->exclusive = 0;
+	} else if (l->offer.direct != i->offer.direct) {
+		i->offer.direct = 0;    /* the listener is changing its mind: use TCP */
 	}
 }
 
@@ -265,7 +279,7 @@ static int match_listener(int dirfd, const char *sub, const char *name, void *ar
 
 	if (parse_listener_name(name, &l) < 0 || l.port != f->dst->port)
 		return 0;
-	if (!addr_matches(&l, f->dst))
+	if (!ep_covers(&l.ip, f->dst, (l.flags & LISTEN_F_V6ONLY) != 0))
 		m = LM_ELSEWHERE;
 	else if (l.netns == f->my_netns)
 		m = (l.flags & LISTEN_F_DEFER) ? LM_DEFER : LM_SAME_NETNS;

@@ -2,9 +2,10 @@
  * registry.h - the directory through which smclo processes find each other.
  *
  * Layout under SMCLO_DIR (default /dev/shm/smclo-<uid>, mode 0700):
- *   l/<port>.<netns>.<ip>.<flags>.<pid>.<inbox>.<tx>.<rx>.<rand>
+ *   l/<port>.<netns>.<ip>.<flags>.<pid>.<inbox>.<direct>.<tx>.<rx>.<rand>
  *                                                a listener; locked while alive
- *   i/<pid>.<inbox>                              a listening process's inbox
+ *   i/<pid>.<inbox>                              a listening process's inbox, or a
+ *                                                listener's direct inbox
  *   p/<dstport>-<srcport>-<dstip>                a client's rendezvous socket
  *   c/<pid>.<rand>                                a process's connection table
  *   t/<uid>                                       a user's totals since creation/reset
@@ -54,16 +55,21 @@ int registry_open_mappable(int dirfd, const char *path, uid_t owner);
 
 /* Lock files: create @name under @sub and hold an OFD lock; returns fd. */
 int registry_lock_create(int dirfd, const char *sub, const char *name);
+/* Remove the entry under @sub whose lock we hold as @lock, and close that. */
+void registry_lock_remove(int dirfd, const char *sub, int lock);
 /* 1 if someone holds the lock on @sub/@name, 0 if not, -1 if it is gone. */
 int registry_is_locked(int dirfd, const char *sub, const char *name);
 
 /*
  * Listener entries.  An entry names the inbox of the process that made it
  * (0: none, e.g. the entry a fork child adds for the listener it inherited)
- * and that process's ring sizes, for the one-message handshake (inbox.h).
+ * and that process's ring sizes, for the one-message handshake (inbox.h);
+ * and, while the listener takes connections without TCP, its direct inbox
+ * (0: none; handshake.c, direct handshake).
  */
 struct listener_offer {
 	uint64_t inbox;
+	uint64_t direct;
 	uint32_t tx_size, rx_max;
 };
 int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsigned flags,
@@ -78,7 +84,8 @@ enum listener_match {
 };
 struct listener_info {
 	enum listener_match m;
-	/* LM_SAME_NETNS: one process (pid) accepts there, through this inbox */
+	/* LM_SAME_NETNS: one process (pid) accepts there, through this inbox
+	 * (and offer.direct, when every entry names that one) */
 	int exclusive;
 	int pid;
 	struct listener_offer offer;

@@ -3,7 +3,10 @@
  *
  * Options are served by the hidden TCP socket, which is a real, connected
  * TCP socket: what the application set before the switch is still there, and
- * what it sets after lands there too.  Only the options that change how the
+ * what it sets after lands there too.  A connection set up without TCP (the
+ * direct handshake) has an unconnected one - the client's own socket, or on
+ * the server's side one made when an option is first asked - and its
+ * addresses are the recorded ones.  Only the options that change how the
  * descriptor *behaves* (timeouts) are also applied to the doorbell socket,
  * and the buffer sizes of the doorbell socket are never touched, because its
  * send buffer is the doorbell budget.
@@ -35,6 +38,25 @@ static int put_int(void *val, socklen_t *len, int v)
 	return 0;
 }
 
+/* The hidden socket options go to; a server's direct connection makes one on first use. */
+static int option_socket(struct conn *c)
+{
+	int fd = __atomic_load_n(&c->tcp_fd, __ATOMIC_ACQUIRE), none = -1;
+
+	if (fd >= 0)
+		return fd;
+	fd = sys_socket(c->domain == AF_INET6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	fd = fd_hide(fd);
+	if (!__atomic_compare_exchange_n(&c->tcp_fd, &none, fd, 0, __ATOMIC_ACQ_REL,
+	                                 __ATOMIC_ACQUIRE)) {
+		sys_close(fd);          /* another thread made it first */
+		return none;
+	}
+	return fd;
+}
+
 int so_getsockopt(struct conn *c, int fd, int level, int opt, void *val, socklen_t *len)
 {
 	if (level == SOL_SOCKET) {
@@ -52,12 +74,12 @@ int so_getsockopt(struct conn *c, int fd, int level, int opt, void *val, socklen
 			return sys_getsockopt(fd, level, opt, val, len);
 		}
 	}
-	return sys_getsockopt(c->tcp_fd, level, opt, val, len);
+	return sys_getsockopt(option_socket(c), level, opt, val, len);
 }
 
 int so_setsockopt(struct conn *c, int fd, int level, int opt, const void *val, socklen_t len)
 {
-	int rc = sys_setsockopt(c->tcp_fd, level, opt, val, len);
+	int rc = sys_setsockopt(option_socket(c), level, opt, val, len);
 
 	if (rc == 0 && level == SOL_SOCKET && (opt == SO_RCVTIMEO || opt == SO_SNDTIMEO))
 		rc = sys_setsockopt(fd, level, opt, val, len);
@@ -83,25 +105,20 @@ int so_rcvtimeo_ms(struct conn *c, int fd)
 
 int so_name(struct conn *c, int peer, struct sockaddr *sa, socklen_t *len)
 {
+	int rc;
+
+	if (c->direct) {
+		ep_copy_out(peer ? &c->peer : &c->local, c->domain, sa, len);
+		return 0;
+	}
 	/* from the hidden socket while it is connected, so the family and
 	 * scope are exactly what the application had */
-	int rc = peer ? sys_getpeername(c->tcp_fd, sa, len) : sys_getsockname(c->tcp_fd, sa, len);
+	rc = peer ? sys_getpeername(c->tcp_fd, sa, len) : sys_getsockname(c->tcp_fd, sa, len);
 
 	if (rc == 0 || !peer)
 		return rc;
 	/* the peer reset its hidden copy: answer from what we recorded */
-	struct ep *e = &c->peer;
-	if (c->domain == AF_INET6 || !ep_is_v4(e)) {
-		struct sockaddr_in6 s = { .sin6_family = AF_INET6, .sin6_port = htons(e->port) };
-		memcpy(&s.sin6_addr, e->ip, 16);
-		memcpy(sa, &s, *len < sizeof(s) ? *len : sizeof(s));
-		*len = sizeof(s);
-	} else {
-		struct sockaddr_in s = { .sin_family = AF_INET, .sin_port = htons(e->port) };
-		memcpy(&s.sin_addr, e->ip + 12, 4);
-		memcpy(sa, &s, *len < sizeof(s) ? *len : sizeof(s));
-		*len = sizeof(s);
-	}
+	ep_copy_out(&c->peer, c->domain, sa, len);
 	return 0;
 }
 

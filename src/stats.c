@@ -306,6 +306,7 @@ static int totals_counters(struct stats_totals *t, _Atomic uint64_t *c[TOTALS_CO
 		&t->handshake_errors, &t->tx_bytes, &t->rx_bytes, &t->conns_closed,
 		&t->regions_created, &t->regions_reused, &t->bells_sent, &t->bells_skipped,
 		&t->inbox_handshakes, &t->peer_regions_mapped, &t->peer_regions_kept,
+		&t->direct_handshakes,
 	};
 	int n = 0;
 

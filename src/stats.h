@@ -69,6 +69,8 @@ struct stats_totals {
 	/* servers: a client's region mapped anew, or found still mapped from
 	 * an earlier connection with the same client */
 	_Atomic uint64_t peer_regions_mapped, peer_regions_kept;
+	/* servers: connections taken without TCP (handshake.c, direct handshake) */
+	_Atomic uint64_t direct_handshakes;
 };
 
 _Static_assert(R_COUNT <= STATS_REASONS, "stats_totals.fallback has no room for every reason");

@@ -137,6 +137,7 @@ int cmd_stats(int argc, char **argv)
 		       "\"regions_reused\": %llu, \"doorbells_sent\": %llu, "
 		       "\"doorbells_skipped\": %llu, \"inbox_handshakes\": %llu, "
 		       "\"peer_regions_mapped\": %llu, \"peer_regions_kept\": %llu, "
+		       "\"direct_handshakes\": %llu, "
 		       "\"fallback_not_short_lived\": %llu, \"fallback_by_reason\": {",
 		       c.dir, (long long)t->reset,
 		       (unsigned long long)(t->accelerated[1] + t->accelerated[2]),
@@ -149,6 +150,7 @@ int cmd_stats(int argc, char **argv)
 		       (unsigned long long)t->inbox_handshakes,
 		       (unsigned long long)t->peer_regions_mapped,
 		       (unsigned long long)t->peer_regions_kept,
+		       (unsigned long long)t->direct_handshakes,
 		       (unsigned long long)stats_fallback_not_short_lived(t));
 		for (int r = 1, n = 0; r < R_COUNT; r++)
 			printf("%s\"%s\": %llu", n++ ? ", " : "", reason_id(r),
@@ -177,5 +179,7 @@ int cmd_stats(int argc, char **argv)
 	       (unsigned long long)t->bells_sent, (unsigned long long)t->bells_skipped);
 	printf("handshakes through an inbox %llu (one message; the rest used a rendezvous)\n",
 	       (unsigned long long)t->inbox_handshakes);
+	printf("  and without TCP           %llu (direct: the server waited in accept())\n",
+	       (unsigned long long)t->direct_handshakes);
 	return 0;
 }

@@ -65,12 +65,13 @@ def poke(region, off, fmt, value):
     struct.pack_into(fmt, region, off, value)
 
 
-def announce_listener(reg, port, ns, inbox=0):
+def announce_listener(reg, port, ns, inbox=0, direct=0):
     """A listener entry as smclo writes it, locked for as long as we live."""
     for sub in ("l", "p", "c", "i"):
         os.makedirs(os.path.join(reg, sub), mode=0o700, exist_ok=True)
-    name = "%u.%016x.%s.0.%d.%016x.%u.%u.%08x" % (port, ns, ip_hex("127.0.0.1"), os.getpid(),
-                                                  inbox, 1 << 16, 1 << 16, 1)
+    name = "%u.%016x.%s.0.%d.%016x.%016x.%u.%u.%08x" % (port, ns, ip_hex("127.0.0.1"),
+                                                        os.getpid(), inbox, direct,
+                                                        1 << 16, 1 << 16, 1)
     fd = os.open(os.path.join(reg, "l", name), os.O_CREAT | os.O_RDWR, 0o600)
     fcntl.fcntl(fd, F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
     return fd

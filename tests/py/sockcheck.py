@@ -1,12 +1,15 @@
 """Socket semantics under smclo, both ends accelerated.
 
-    sockcheck.py server PORT      scripted server (IPv4 and IPv6)
+    sockcheck.py server PORT      scripted server (IPv4 and IPv6), waiting in select()
+    sockcheck.py server-blocking PORT   the same, a thread per listener blocking in
+                                  accept() (so smclo takes connections without TCP)
     sockcheck.py client PORT      runs every check, prints "ok NAME" for each
 
 The client sends a command line on each new connection; the server obeys:
 ECHO (echo until EOF), SEND n, SLOW n (wait 0.3 s then send), CLOSE, SHA
 (read to EOF, answer the sha256), DOMAIN (answer the accepted socket's
-SO_DOMAIN).
+SO_DOMAIN), ADDR (answer the address accept() gave, getpeername() and
+getsockname() of the accepted socket).
 """
 import errno
 import hashlib
@@ -23,7 +26,7 @@ import time
 AF_SMC = 43
 
 
-def serve_one(c):
+def serve_one(c, addr=None):
     f = b""
     while not f.endswith(b"\n"):
         d = c.recv(1)
@@ -31,6 +34,10 @@ def serve_one(c):
             return c.close()
         f += d
     cmd = f.split()
+    if cmd[0] == b"ADDR":
+        c.sendall(repr((addr[:2], c.getpeername()[:2], c.getsockname()[:2])).encode())
+        c.close()
+        return
     if cmd[0] == b"ECHO":
         while True:
             d = c.recv(65536)
@@ -63,7 +70,13 @@ def serve_one(c):
     c.close()
 
 
-def server(port):
+def accept_forever(s):
+    while True:
+        c, addr = s.accept()
+        threading.Thread(target=serve_one, args=(c, addr), daemon=True).start()
+
+
+def server(port, blocking):
     socks = []
     for fam, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
         s = socket.socket(fam, socket.SOCK_STREAM)
@@ -72,11 +85,14 @@ def server(port):
         s.listen(16)
         socks.append(s)
     print("ready", flush=True)
+    if blocking:
+        threading.Thread(target=accept_forever, args=(socks[1],), daemon=True).start()
+        accept_forever(socks[0])
     while True:
         r, _, _ = select.select(socks, [], [])
         for s in r:
-            c, _ = s.accept()
-            threading.Thread(target=serve_one, args=(c,), daemon=True).start()
+            c, addr = s.accept()
+            threading.Thread(target=serve_one, args=(c, addr), daemon=True).start()
 
 
 PORT = 0
@@ -118,6 +134,25 @@ def check_identity():
     s.sendall(b"ping")
     assert recv_exact(s, 4) == b"ping"
     s.close()
+
+
+def check_addresses_mirror():
+    """What each end says of itself is what the other says of it, for IPv4
+    and IPv6 (a connection without TCP answers from its handshake)."""
+    for fam, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        for _ in range(3):      # the first may be set up over TCP, the next ones not
+            s = dial("ADDR", fam, host)
+            b = b""
+            while True:
+                d = s.recv(1000)
+                if not d:
+                    break
+                b += d
+            accepted, their_peer, their_own = eval(b.decode())
+            mine, peer = s.getsockname()[:2], s.getpeername()[:2]
+            assert accepted == mine and their_peer == mine, (accepted, their_peer, mine)
+            assert their_own == peer == (host, PORT), (their_own, peer)
+            s.close()
 
 
 def check_recv_flags():
@@ -397,12 +432,12 @@ def client(port, tmpdir):
     global PORT, TMPDIR
     PORT = port
     TMPDIR = tmpdir
-    checks = [check_identity, check_recv_flags, check_rcvtimeo, check_readiness,
+    checks = [check_identity, check_addresses_mirror, check_recv_flags, check_rcvtimeo, check_readiness,
               lambda: check_half_close_and_sendfile(tmpdir), check_half_close_then_answer,
               check_signal_interrupts_recv, check_splice, check_epipe, check_ipv6_and_smc,
               check_nonblocking_connect, check_fork_then_use, check_concurrent_writers,
               check_exec_sees_eof]
-    names = ["identity", "recv_flags", "rcvtimeo", "readiness", "half_close_sendfile",
+    names = ["identity", "addresses_mirror", "recv_flags", "rcvtimeo", "readiness", "half_close_sendfile",
              "half_close_then_answer", "signal_interrupts_recv", "splice", "epipe",
              "ipv6_smc", "nonblocking_connect", "fork_then_use", "concurrent_writers",
              "exec_sees_eof"]
@@ -412,7 +447,7 @@ def client(port, tmpdir):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "server":
-        server(int(sys.argv[2]))
+    if sys.argv[1].startswith("server"):
+        server(int(sys.argv[2]), sys.argv[1] == "server-blocking")
     else:
         client(int(sys.argv[2]), sys.argv[3])

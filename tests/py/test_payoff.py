@@ -5,7 +5,10 @@ server each carry one small round trip stops offering after a few, says why
 (`short-lived`), and keeps trying one now and then; what the clients learn
 is shared through the registry, so processes that make one connection each
 learn from each other; connections that carry more are accelerated
-regardless, and SMCLO_SHORT_LIVED=0 accelerates all."""
+regardless, and SMCLO_SHORT_LIVED=0 accelerates all.  All of that is about
+connections set up over TCP: the servers here take none without
+(SMCLO_DIRECT=0), except the last test's, whose connections cost less than
+TCP's to set up and so are never kept on it."""
 import os
 import sys
 
@@ -27,13 +30,14 @@ def busy_cpus(procs):
         procs.stop(h)
 
 
-def run_clients(reg, procs, role, conns, short_lived, processes=1, prefix=()):
-    """An echo server and @processes clients in turn, each making @conns
-    connections of kind @role; both run under @prefix (a command such as
-    taskset)."""
+def run_clients(reg, procs, role, conns, short_lived, processes=1, prefix=(), direct="0"):
+    """An echo server (taking connections without TCP if @direct is "1") and
+    @processes clients in turn, each making @conns connections of kind
+    @role; both run under @prefix (a command such as taskset)."""
     env = dict(reg.env, SMCLO_SHORT_LIVED=short_lived)
     port = free_port()
-    srv = procs.start([*prefix, PY, PEER, "echo", "127.0.0.1", str(port)], env=env)
+    srv = procs.start([*prefix, PY, PEER, "echo", "127.0.0.1", str(port)],
+                      env=dict(env, SMCLO_DIRECT=direct))
     wait_port(port, proc=srv)
     for _ in range(processes):
         r = reg.run([*prefix, PY, PEER, role, "127.0.0.1", str(port), str(conns)], env=env,
@@ -139,3 +143,12 @@ def test_connections_that_carry_more_stay_accelerated(reg, procs, busy_cpus):
 def test_short_lived_policy_can_be_turned_off(reg, procs, busy_cpus):
     st = run_clients(reg, procs, "short", 100, "0")
     assert st["accelerated_client"] == 100 and st["fallback"] == 0, st
+
+
+def test_connections_without_tcp_are_never_kept_on_tcp(reg, procs, busy_cpus):
+    # the server blocks in accept(): after the first connection (an inbox
+    # handshake over TCP) it takes them without TCP, which costs less than
+    # TCP's set-up however short they are
+    st = run_clients(reg, procs, "short", 300, "1", direct="1")
+    assert st["accelerated_client"] == 300 and st["fallback"] == 0, st
+    assert st["direct_handshakes"] >= 299, st
