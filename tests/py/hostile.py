@@ -11,12 +11,16 @@ ATTACK (server): prod      - publish an impossible producer cursor, ring
                                 impossible producer cursor
                  inbox-silent - read the offer and never decide it
                  inbox-junk   - set the offer word to a value that decides nothing
+                 direct-silent - pose as a listener taking connections without
+                                 TCP, read the offer and never decide it
 ATTACK (client): unsealed  - CONFIRM with a region that could be shrunk
                  size      - CONFIRM with a region of the wrong size
                  prod      - a valid region, then an impossible producer cursor
                  inbox-pipe     - an offer whose "socket pair" end is a pipe
                  inbox-unsealed - an offer whose region could be shrunk
                  inbox-junk     - a malformed offer, then a plain connect
+                 direct-proof   - an offer without TCP whose "TCP socket" is a
+                                  UDP one, then a plain connect
 """
 import fcntl
 import mmap
@@ -27,11 +31,11 @@ import sys
 import time
 
 CLC_MAGIC, CLC_VERSION = 0x434C4353, 2
-ACCEPT, CONFIRM, DECLINE, OFFER = 2, 3, 4, 5
+ACCEPT, CONFIRM, DECLINE, OFFER, DIRECT = 2, 3, 4, 5, 6
 RING_MAGIC, HDR = 0x4F4C4D53, 4096
 OFFER_WORD = 512                      # offsetof(struct ring_hdr, offer)
 OFFER_OPEN, OFFER_TAKEN = 1, 3
-INBOX_ID = 0x5eed
+INBOX_ID, DIRECT_ID = 0x5eed, 0xd1ec7
 SO_NETNS_COOKIE = 71
 F_OFD_SETLK = 37
 
@@ -44,8 +48,10 @@ def ip_hex(ip):
     return (b"\0" * 10 + b"\xff\xff" + socket.inet_aton(ip)).hex()
 
 
-def accept_msg(msg_type, nonce, ring_size, rx_max, ns):
+def accept_msg(msg_type, nonce, ring_size, rx_max, ns, dst=None):
     body = struct.pack("<IIIIQ", os.getpid(), ring_size, rx_max, 0, ns)
+    if dst:                                   # a CLC_DIRECT names where it connects to
+        body += bytes.fromhex(ip_hex(dst[0])) + struct.pack("<H6x", dst[1])
     return struct.pack("<IBBHQ", CLC_MAGIC, msg_type, CLC_VERSION, 16 + len(body), nonce) + body
 
 
@@ -117,9 +123,33 @@ def inbox_server(reg, port, attack):
     os.close(lock)
 
 
+def direct_server(reg, port, attack):
+    """Pose as a listener that takes connections without TCP; never decide."""
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", port))
+    ls.listen(4)
+    lock = announce_listener(reg, port, netns(ls), INBOX_ID, DIRECT_ID)
+    boxes = []
+    for ident in (INBOX_ID, DIRECT_ID):
+        boxes.append(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+        boxes[-1].bind(os.path.join(reg, "i", "%d.%016x" % (os.getpid(), ident)))
+    print("ready", flush=True)
+    boxes[1].settimeout(5)
+    msg, fds, _, _ = socket.recv_fds(boxes[1], 256, 4)
+    assert parse(msg)[0] == DIRECT and len(fds) == 3, (msg, fds)
+    print("silent", flush=True)
+    c, _ = ls.accept()                    # the client gave up and connected over TCP
+    c.sendall(c.recv(100))
+    time.sleep(1)
+    os.close(lock)
+
+
 def server(reg, port, attack):
     if attack.startswith("inbox-"):
         return inbox_server(reg, port, attack)
+    if attack.startswith("direct-"):
+        return direct_server(reg, port, attack)
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind(("127.0.0.1", port))
@@ -162,17 +192,19 @@ def server(reg, port, attack):
     os.close(lock)
 
 
-def find_inbox(reg, port):
+def find_inbox(reg, port, field=5):
+    """The inbox (field 5) or the direct inbox (field 6) a listener entry names."""
     for name in os.listdir(os.path.join(reg, "l")):
         f = name.split(".")
-        if int(f[0]) == port and int(f[5], 16):
-            return "%s.%s" % (f[4], f[5])
+        if int(f[0]) == port and int(f[field], 16):
+            return "%s.%s" % (f[4], f[field])
     raise SystemExit("no inbox for port %d" % port)
 
 
 def inbox_client(reg, port, attack):
-    """Send a bad offer to a real server's inbox, then connect."""
+    """Send a bad offer to a real server's inbox (or direct inbox), then connect."""
     c = socket.socket()
+    direct = attack.startswith("direct-")
     up = down = 1 << 16
     mfd = os.memfd_create("hostile", os.MFD_ALLOW_SEALING)
     os.ftruncate(mfd, 2 * HDR + up + down)
@@ -187,12 +219,18 @@ def inbox_client(reg, port, attack):
     pipe_r, _pipe_w = os.pipe()
     pair_fd = pipe_r if attack == "inbox-pipe" else theirs.fileno()
     msg = accept_msg(OFFER, 0, up, down, netns(c))
+    proof = c
     if attack == "inbox-junk":
         msg = msg[:-3]                                   # truncated
+    if direct:
+        msg = accept_msg(DIRECT, 0, up, down, netns(c), ("127.0.0.1", port))
+        proof = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        proof.bind(("127.0.0.1", 0))
     box = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    box.connect(os.path.join(reg, "i", find_inbox(reg, port)))
-    socket.send_fds(box, [msg], [c.fileno(), pair_fd, mfd])
-    count_in_state(reg, STATE_OFFERS_SENT, 1)
+    box.connect(os.path.join(reg, "i", find_inbox(reg, port, 6 if direct else 5)))
+    socket.send_fds(box, [msg], [proof.fileno(), pair_fd, mfd])
+    if not direct:
+        count_in_state(reg, STATE_OFFERS_SENT, 1)
     c.connect(("127.0.0.1", port))
     deadline = time.time() + 2
     while struct.unpack_from("<I", region, OFFER_WORD)[0] == OFFER_OPEN and time.time() < deadline:
@@ -222,7 +260,7 @@ def count_in_state(reg, offset, delta):
 
 
 def client(reg, port, attack):
-    if attack.startswith("inbox-"):
+    if attack.startswith("inbox-") or attack.startswith("direct-"):
         return inbox_client(reg, port, attack)
     count_in_state(reg, STATE_RENDEZVOUS_BOUND, 1)
     c = socket.socket()

@@ -70,11 +70,13 @@ def test_server_proves_with_another_connection(reg, procs):
     assert reg.stats()["fallback_by_reason"]["proof-failed"] == 1
 
 
-@pytest.mark.parametrize("attack", ["inbox-silent", "inbox-junk"])
+@pytest.mark.parametrize("attack", ["inbox-silent", "inbox-junk", "direct-silent"])
 def test_inbox_server_never_decides(reg, procs, attack):
     """A server that reads the offer but never decides it (or writes a word
     that decides nothing) costs its client the handshake timeout, then the
-    client withdraws and goes on over TCP, byte-exact."""
+    client withdraws and goes on over TCP, byte-exact - also when the offer
+    was one without TCP (direct-silent): the client connects only then, and
+    replays what it wrote."""
     srv, port = start_hostile_server(reg, procs, attack)
     r = run_victim(reg, port, "read")
     assert r.returncode == 0 and r.stdout.strip() == "read 5", r.stdout + r.stderr
@@ -135,6 +137,19 @@ def test_client_sends_unsound_offer(reg, procs, attack, word, reason):
     assert r.returncode == 0 and out[0] == expect and out[1] == "echo hello", r.stdout + r.stderr
     assert reg.stats()["fallback_by_reason"][reason] == 1
     assert still_serves(reg, port) and srv.poll() is None
+
+
+def test_client_sends_direct_offer_without_proof(reg, procs):
+    """An offer without TCP whose proof is a UDP socket, to a server taking
+    connections without TCP: declined (proof-failed), and it goes on serving."""
+    srv, port = smclo_echo_server(reg, procs)
+    assert still_serves(reg, port)      # an smclo client: the next ones need no TCP
+    r = hostile_client(reg, port, "direct-proof")
+    out = r.stdout.split("\n")
+    assert r.returncode == 0 and out[0] == "word 5 9" and out[1] == "echo hello", \
+        r.stdout + r.stderr                             # R_PROOF_FAILED
+    assert still_serves(reg, port) and srv.poll() is None
+    assert reg.stats()["direct_handshakes"] == 1
 
 
 SQUATTER = r"""
