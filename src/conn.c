@@ -25,6 +25,7 @@
 
 int smclo_active;
 int registry_fd = -1;
+int fd_options_shared;
 struct stats_totals *totals;
 
 struct fd_entry *fdtab;

@@ -110,11 +110,18 @@ static inline void conn_count_call(struct conn *c)
 #define FDF_INET6    512u   /* with FDF_KNOWN: an AF_INET6 socket (else AF_INET) */
 #define FDF_DIRECT  1024u   /* a listener taking connections without TCP (handshake.c) */
 #define FDF_NO_DIRECT 2048u /* a listener that never will (hs_listener_no_direct) */
+#define FDF_TIMEOUTS 4096u  /* SO_RCVTIMEO/SO_SNDTIMEO may be set: ask the kernel (sockopt.c) */
 
 /* Library-wide state set up by the constructor. */
 extern int smclo_active;       /* 0: pass everything through */
 extern int registry_fd;        /* -1 when the registry is unusable */
 extern struct stats_totals *totals;
+/*
+ * Set at the first fork: another process may now set options on sockets
+ * this one made, so what the descriptor table knows of them (FDF_TIMEOUTS)
+ * is no longer the whole story.
+ */
+extern int fd_options_shared;
 
 /*
  * The descriptor table (conn.c): one entry per descriptor number.  The two

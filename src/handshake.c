@@ -731,7 +731,9 @@ void hs_resolve(int fd, struct conn *c, size_t reading)
 			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
 		return;
 	}
-	if (reading) {
+	/* a read that may time out waits for the decision only: its own wait honours
+	 * SO_RCVTIMEO (the decision comes within the handshake timeout) */
+	if (reading && !so_may_have_timeouts(fd)) {
 		int interrupted;
 		w = offer_wait_reading(region_up(c->region),
 		                       reading < c->rx_size ? (uint32_t)reading : c->rx_size,
@@ -1096,7 +1098,8 @@ static int server_install(struct server *sv, struct shm_parts *p)
 	    sv->direct ? " without TCP" : "");
 	p->rcvtimeo_ms = so_copy_timeouts(model, sv->s);
 	p->direct = sv->direct;
-	sys_fcntl(sv->s, F_SETFL, (sv->flags & SOCK_NONBLOCK) ? O_NONBLOCK : 0);
+	if (sv->flags & SOCK_NONBLOCK)  /* every pair end comes blocking, as its maker made it */
+		sys_fcntl(sv->s, F_SETFL, O_NONBLOCK);
 	if (!sv->direct) {
 		fd_set_flags(sv->fd, 0);
 		tcp = fd_hide(sv->fd);
@@ -1406,7 +1409,8 @@ int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t
 	if (!(fd_flags(lfd) & FDF_LISTENING))
 		hs_listen(lfd);                 /* inherited listener: announce it now */
 	/* accept() gives addresses in the socket's own family */
-	fd_set_flags(fd, FDF_TCP | FDF_KNOWN | (peer->sa_family == AF_INET6 ? FDF_INET6 : 0));
+	fd_set_flags(fd, FDF_TCP | FDF_KNOWN | (peer->sa_family == AF_INET6 ? FDF_INET6 : 0) |
+	             ((fd_flags(lfd) & (FDF_KNOWN | FDF_TIMEOUTS)) != FDF_KNOWN ? FDF_TIMEOUTS : 0));
 	if (registry_fd < 0)
 		return server_fallback(&sv, R_NO_REGISTRY);
 	/*
@@ -1489,7 +1493,10 @@ void hs_listen(int fd)
 	fd_set_listen_lock(fd, lock);
 	if (!(f & FDF_KNOWN) && domain_of(fd) == AF_INET6)
 		f |= FDF_INET6;         /* inherited: asked once, here */
-	fd_set_flags(fd, FDF_TCP | FDF_KNOWN | FDF_LISTENING | (f & (FDF_SMC | FDF_INET6)));
+	if (!(f & FDF_KNOWN))
+		f |= FDF_TIMEOUTS;      /* and whatever options it came with, not known */
+	fd_set_flags(fd, FDF_TCP | FDF_KNOWN | FDF_LISTENING |
+	             (f & (FDF_SMC | FDF_INET6 | FDF_TIMEOUTS | FDF_NO_DIRECT)));
 }
 
 /*

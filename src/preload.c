@@ -98,6 +98,7 @@ static void count_fork_holder(int fd, struct conn *c, void *arg)
 /* Parent and child never offer the same pair made ahead (pairs.h). */
 static void before_fork(void)
 {
+	fd_options_shared = 1;
 	if (smclo_active)
 		pairs_drop();
 }
@@ -616,8 +617,12 @@ EXPORT int setsockopt(int fd, int level, int opt, const void *val, socklen_t len
 	int rc;
 
 	if (!c) {
-		if (level == SOL_SOCKET && opt == SO_RCVTIMEO)
-			hs_listener_no_direct(fd);      /* accept() would time out */
+		if (level == SOL_SOCKET && (opt == SO_RCVTIMEO_OLD || opt == SO_SNDTIMEO_OLD ||
+		                            opt == SO_RCVTIMEO_NEW || opt == SO_SNDTIMEO_NEW)) {
+			fd_add_flags(fd, FDF_TIMEOUTS);
+			if (opt == SO_RCVTIMEO_OLD || opt == SO_RCVTIMEO_NEW)
+				hs_listener_no_direct(fd);      /* accept() would time out */
+		}
 		return real_setsockopt(fd, level, opt, val, len);
 	}
 	rc = so_setsockopt(c, fd, level, opt, val, len);
@@ -686,6 +691,11 @@ static void copy_binding(int oldfd, int newfd)
 	if (newfd < 0 || oldfd == newfd || !smclo_active)
 		return;
 	fd_set_flags(newfd, fd_flags(oldfd) & ~(FDF_LISTENING | FDF_WATCHED | FDF_EPOLL | FDF_DIRECT));
+	/* an option set through either descriptor is set for both: we no longer know */
+	if (fd_flags(oldfd) & FDF_TCP) {
+		fd_add_flags(oldfd, FDF_TIMEOUTS);
+		fd_add_flags(newfd, FDF_TIMEOUTS);
+	}
 	watch_epfd_copied(oldfd);
 	c = conn_get(oldfd);
 	if (c) {

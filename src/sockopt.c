@@ -137,11 +137,19 @@ int so_ioctl(struct conn *c, unsigned long req, void *arg, int *handled)
 	return 0;
 }
 
+int so_may_have_timeouts(int fd)
+{
+	/* a socket made here whose timeouts nobody set has none */
+	return (fd_flags(fd) & (FDF_KNOWN | FDF_TIMEOUTS)) != FDF_KNOWN || fd_options_shared;
+}
+
 int so_copy_timeouts(int from_tcp, int to_unix)
 {
 	static const int opts[] = { SO_RCVTIMEO, SO_SNDTIMEO };
 	int rcv_ms = 0;
 
+	if (!so_may_have_timeouts(from_tcp))
+		return 0;       /* no system call */
 	for (size_t i = 0; i < 2; i++) {
 		struct timeval tv;
 		socklen_t l = sizeof(tv);

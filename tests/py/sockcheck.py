@@ -192,6 +192,17 @@ def check_rcvtimeo():
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 2, 0))
     assert recv_exact(s, 5) == b"aaaaa"
     s.close()
+    # set before connect(): the accelerated descriptor keeps it
+    s = dial("SLOW 5", before=lambda s: s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                                                      struct.pack("ll", 0, 100000)))
+    t = time.time()
+    try:
+        s.recv(10)
+        raise AssertionError("recv returned before the data was sent")
+    except (BlockingIOError, socket.timeout):
+        pass
+    assert 0.05 < time.time() - t < 0.25
+    s.close()
 
 
 def check_readiness():
