@@ -45,6 +45,7 @@
 #include "clc.h"
 #include "config.h"
 #include "conn.h"
+#include "forkguard.h"
 #include "inbox.h"
 #include "io.h"
 #include "log.h"
@@ -1298,11 +1299,19 @@ static void listener_leave_direct(int fd)
 }
 
 /*
- * Make blocking listener @lfd direct (-1 and never again if it cannot be):
- * after it took an smclo client's offer, so a server of plain clients only
- * never pays the poll a direct accept() makes.
+ * Going direct and back are rare and a few system calls each; one lock
+ * orders them, so a listener that is polled while another thread makes it
+ * direct ends up back on TCP, never both.
  */
-static void listener_go_direct(int lfd)
+static pthread_mutex_t direct_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((constructor)) static void direct_init(void)
+{
+	fork_guard(&direct_lock);
+}
+
+/* Make blocking listener @lfd direct, or mark it never to be (lock held). */
+static void listener_go_direct_locked(int lfd)
 {
 	struct timeval tv = { 0 };
 	socklen_t l = sizeof(tv);
@@ -1337,15 +1346,31 @@ never:
 	fd_add_flags(lfd, FDF_NO_DIRECT);
 }
 
+/*
+ * After listener @lfd took an smclo client's offer: the next ones may come
+ * without TCP.  Only then, so a server of plain clients never pays the
+ * poll() a direct accept() makes.
+ */
+static void listener_go_direct(int lfd)
+{
+	if ((fd_flags(lfd) & (FDF_LISTENING | FDF_DIRECT | FDF_NO_DIRECT)) != FDF_LISTENING)
+		return;
+	pthread_mutex_lock(&direct_lock);
+	listener_go_direct_locked(lfd);
+	pthread_mutex_unlock(&direct_lock);
+}
+
 void hs_listener_no_direct(int fd)
 {
 	uint16_t f = fd_flags(fd);
 
 	if (!(f & FDF_LISTENING) || (f & FDF_NO_DIRECT))
 		return;
+	pthread_mutex_lock(&direct_lock);
 	fd_add_flags(fd, FDF_NO_DIRECT);
-	if (f & FDF_DIRECT)
+	if (fd_flags(fd) & FDF_DIRECT)
 		listener_leave_direct(fd);
+	pthread_mutex_unlock(&direct_lock);
 }
 
 /* The next direct offer in @dsock taken: the application's fd, or -1 when none is queued. */
@@ -1533,7 +1558,9 @@ void hs_listener_closed(int fd)
 	/* a fork child holds an entry of its own (listener_forked) */
 	if (lock >= 0)
 		sys_close(lock);
+	pthread_mutex_lock(&direct_lock);
 	if (fd_flags(fd) & FDF_DIRECT)
 		inbox_direct_close(fd, direct_refuse);
 	fd_set_flags(fd, fd_flags(fd) & ~(FDF_LISTENING | FDF_DIRECT));
+	pthread_mutex_unlock(&direct_lock);
 }
