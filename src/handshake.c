@@ -608,6 +608,24 @@ static int offer_prepare(struct client *cl, struct shm_parts *p, int pair[2],
 	return 0;
 }
 
+/*
+ * Send a prepared offer to inbox @id of the listener's process; the
+ * server's end of the pair goes with it.  On failure everything the offer
+ * held is released.
+ */
+static int offer_send(struct client *cl, uint64_t id, const union clc_msg *m,
+                      const int fds[OFFER_FDS], int pair[2], struct shm_parts *p)
+{
+	if (inbox_send(&cl->listener, id, m, fds) < 0) {
+		sys_close(pair[0]);
+		sys_close(pair[1]);
+		parts_free(p);
+		return -1;
+	}
+	sys_close(pair[1]);
+	return 0;
+}
+
 static int offer_reason(uint32_t w)
 {
 	int r = OFFER_REASON(w);
@@ -795,15 +813,9 @@ static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t 
 	int pair[2], fds[OFFER_FDS], timed_out, e;
 	uint32_t w;
 
-	if (offer_prepare(cl, &p, pair, fds, &m, CLC_OFFER) < 0)
+	if (offer_prepare(cl, &p, pair, fds, &m, CLC_OFFER) < 0 ||
+	    offer_send(cl, cl->listener.offer.inbox, &m, fds, pair, &p) < 0)
 		return -1;
-	if (inbox_send(&cl->listener, cl->listener.offer.inbox, &m, fds) < 0) {
-		sys_close(pair[0]);
-		sys_close(pair[1]);
-		parts_free(&p);
-		return -1;
-	}
-	sys_close(pair[1]);
 	*rc = client_tcp_connect(cl, sa, len, &timed_out);
 	e = errno;
 	if (*rc == 0 && client_pending(cl, pair[0], &p) == 0)
@@ -869,13 +881,8 @@ static int client_direct(struct client *cl)
 		return -1;
 	memcpy(m.direct.dst_ip, cl->dst.ip, sizeof(m.direct.dst_ip));
 	m.direct.dst_port = cl->dst.port;
-	if (inbox_send(&cl->listener, cl->listener.offer.direct, &m, fds) < 0) {
-		sys_close(pair[0]);
-		sys_close(pair[1]);
-		parts_free(&p);
+	if (offer_send(cl, cl->listener.offer.direct, &m, fds, pair, &p) < 0)
 		return -1;
-	}
-	sys_close(pair[1]);
 	if (client_pending(cl, pair[0], &p) == 0)
 		return 0;
 	/* no memory for the connection: a server that took it sees the pair hang up */

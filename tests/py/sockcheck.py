@@ -117,6 +117,16 @@ def recv_exact(s, n, flags=0):
     return b
 
 
+def recv_all(s):
+    """Everything until EOF."""
+    b = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            return b
+        b += d
+
+
 def check_identity():
     s = dial("ECHO", before=lambda s: s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1))
     assert s.getpeername() == ("127.0.0.1", PORT)
@@ -142,13 +152,7 @@ def check_addresses_mirror():
     for fam, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
         for _ in range(3):      # the first may be set up over TCP, the next ones not
             s = dial("ADDR", fam, host)
-            b = b""
-            while True:
-                d = s.recv(1000)
-                if not d:
-                    break
-                b += d
-            accepted, their_peer, their_own = eval(b.decode())
+            accepted, their_peer, their_own = eval(recv_all(s).decode())
             mine, peer = s.getsockname()[:2], s.getpeername()[:2]
             assert accepted == mine and their_peer == mine, (accepted, their_peer, mine)
             assert their_own == peer == (host, PORT), (their_own, peer)
@@ -179,29 +183,29 @@ def check_recv_flags():
     s.close()
 
 
-def check_rcvtimeo():
-    s = dial("SLOW 5")
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 100000))
+def recv_times_out(s, at_most):
+    """A recv with a 100 ms SO_RCVTIMEO, before the server's bytes (0.3 s)."""
     t = time.time()
     try:
         s.recv(10)
         raise AssertionError("recv returned before the data was sent")
     except (BlockingIOError, socket.timeout):
         pass
-    assert 0.05 < time.time() - t < 1.0
+    assert 0.05 < time.time() - t < at_most
+
+
+def check_rcvtimeo():
+    timeout = struct.pack("ll", 0, 100000)
+    s = dial("SLOW 5")
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
+    recv_times_out(s, 1.0)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 2, 0))
     assert recv_exact(s, 5) == b"aaaaa"
     s.close()
     # set before connect(): the accelerated descriptor keeps it
     s = dial("SLOW 5", before=lambda s: s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                                                      struct.pack("ll", 0, 100000)))
-    t = time.time()
-    try:
-        s.recv(10)
-        raise AssertionError("recv returned before the data was sent")
-    except (BlockingIOError, socket.timeout):
-        pass
-    assert 0.05 < time.time() - t < 0.25
+                                                      timeout))
+    recv_times_out(s, 0.25)
     s.close()
 
 
@@ -375,13 +379,7 @@ def check_fork_then_use():
     os.waitpid(pid, 0)
     s.sendall(b"B" * 100000)
     s.shutdown(socket.SHUT_WR)
-    got = b""
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        got += d
-    assert got == b"A" * 100000 + b"B" * 100000
+    assert recv_all(s) == b"A" * 100000 + b"B" * 100000
     s.close()
 
 
@@ -392,13 +390,7 @@ def check_concurrent_writers():
     got = []
 
     def reader():
-        buf = b""
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            buf += d
-        got.append(buf)
+        got.append(recv_all(s))
     rd = threading.Thread(target=reader)
     rd.start()
     pid = os.fork()
