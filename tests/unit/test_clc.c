@@ -116,6 +116,29 @@ static void test_offer(void)
 	CHECK(clc_parse(&m, m.hdr.length, CLC_OFFER, 0, &out) != 0);
 }
 
+/* An offer without TCP: an offer's body, then the destination, which must name a port. */
+static void test_direct(void)
+{
+	union clc_msg m, out;
+
+	clc_init(&m, CLC_DIRECT, 0);
+	m.accept.ring_size = 1 << 20;
+	m.accept.rx_max = 1 << 16;
+	m.direct.dst_ip[15] = 1;
+	m.direct.dst_port = 6379;
+	CHECK(m.hdr.length == sizeof(struct clc_direct) && m.hdr.length > sizeof(struct clc_accept));
+	CHECK(clc_parse(&m, m.hdr.length, CLC_DIRECT, 0, &out) == 0);
+	CHECK(out.direct.dst_port == 6379 && out.direct.dst_ip[15] == 1 &&
+	      out.accept.rx_max == 1 << 16);
+	CHECK(clc_parse(&m, m.hdr.length, CLC_OFFER, 0, &out) != 0);   /* not an inbox offer */
+	CHECK(clc_parse(&m, sizeof(struct clc_accept), CLC_DIRECT, 0, &out) != 0);
+	m.direct.dst_port = 0;
+	CHECK(clc_parse(&m, m.hdr.length, CLC_DIRECT, 0, &out) != 0);
+	m.direct.dst_port = 80;
+	m.accept.ring_size = 3000;
+	CHECK(clc_parse(&m, m.hdr.length, CLC_DIRECT, 0, &out) != 0);
+}
+
 static int open_fds(void)
 {
 	DIR *d = opendir("/proc/self/fd");
@@ -156,6 +179,7 @@ int main(void)
 	test_truncated();
 	test_malformed();
 	test_offer();
+	test_direct();
 	test_recv_fds();
 	return check_report("test_clc");
 }
