@@ -1226,10 +1226,11 @@ static int server_take_offer(struct server *sv, const union clc_msg *m, int fds[
 /* ---- server side: the direct handshake (connections without TCP) ------- */
 
 /*
- * A listener goes direct at the first accept() that would block in the
- * kernel: the process waits there, so accept() can wait on the listener and
- * on a direct inbox of the listener's own together, and the client need not
- * make a TCP connection to wake it.  The listener's entry is made again,
+ * A blocking listener goes direct once an accept() on it took an smclo
+ * client's offer: its process waits in accept(), so accept() can wait on
+ * the listener and on a direct inbox of the listener's own together, and
+ * the client need not make a TCP connection to wake it (design.md §2d).
+ * The listener's entry is made again,
  * naming that inbox; clients that see it send a CLC_DIRECT offer there and
  * no SYN.  Anything that waits for the listener where accept() cannot see
  * (epoll, poll, select), makes it non-blocking or gives it a receive
@@ -1386,7 +1387,7 @@ static int direct_take_next(int lfd, int dsock, const struct ep *addr, uint64_t 
 {
 	struct server sv;
 	union clc_msg m;
-	int fds[OFFER_FDS], fd;
+	int fds[OFFER_FDS], fd = -1;
 
 	do {
 		if (clc_recv(dsock, CLC_DIRECT, 0, &m, fds, OFFER_FDS) < 0) {

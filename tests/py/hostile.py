@@ -21,6 +21,7 @@ ATTACK (client): unsealed  - CONFIRM with a region that could be shrunk
                  inbox-junk     - a malformed offer, then a plain connect
                  direct-proof   - an offer without TCP whose "TCP socket" is a
                                   UDP one, then a plain connect
+                 direct-junk    - a malformed offer without TCP, then a plain connect
 """
 import fcntl
 import mmap
@@ -224,6 +225,8 @@ def inbox_client(reg, port, attack):
         msg = msg[:-3]                                   # truncated
     if direct:
         msg = accept_msg(DIRECT, 0, up, down, netns(c), ("127.0.0.1", port))
+        if attack == "direct-junk":
+            msg = msg[:-3]
         proof = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         proof.bind(("127.0.0.1", 0))
     box = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

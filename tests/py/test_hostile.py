@@ -139,15 +139,19 @@ def test_client_sends_unsound_offer(reg, procs, attack, word, reason):
     assert still_serves(reg, port) and srv.poll() is None
 
 
-def test_client_sends_direct_offer_without_proof(reg, procs):
-    """An offer without TCP whose proof is a UDP socket, to a server taking
-    connections without TCP: declined (proof-failed), and it goes on serving."""
+@pytest.mark.parametrize("attack,word", [
+    ("direct-proof", "word 5 9"),       # declined: R_PROOF_FAILED
+    ("direct-junk", "word 1 0"),        # never read as an offer
+])
+def test_client_sends_unsound_direct_offer(reg, procs, attack, word):
+    """An offer without TCP whose proof is a UDP socket, or a malformed one,
+    to a server taking connections without TCP: not taken, and the server
+    goes on serving (the hostile client then connects over TCP)."""
     srv, port = smclo_echo_server(reg, procs)
     assert still_serves(reg, port)      # an smclo client: the next ones need no TCP
-    r = hostile_client(reg, port, "direct-proof")
+    r = hostile_client(reg, port, attack)
     out = r.stdout.split("\n")
-    assert r.returncode == 0 and out[0] == "word 5 9" and out[1] == "echo hello", \
-        r.stdout + r.stderr                             # R_PROOF_FAILED
+    assert r.returncode == 0 and out[0] == word and out[1] == "echo hello", r.stdout + r.stderr
     assert still_serves(reg, port) and srv.poll() is None
     assert reg.stats()["direct_handshakes"] == 1
 
