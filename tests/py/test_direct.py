@@ -8,6 +8,7 @@ accept() - it polls its listener - goes back to TCP without a client waiting
 out a timeout, and a client whose offer is not taken in time connects over
 TCP then and replays what it wrote."""
 import os
+import time
 
 from conftest import PY, free_port, need, wait_port
 
@@ -112,3 +113,43 @@ def test_listener_polled_names_no_direct_inbox(reg, procs):
     assert entry_direct_ids(reg, port) == [0], reg.entries("l")
     st = reg.wait_stats(lambda s: s["accelerated_client"] >= 4)
     assert st["accelerated_client"] == 4 and st["direct_handshakes"] == 2, st
+
+
+# Accepts @first connections in accept(), then forks: parent and child both
+# accept (blocking) and echo from then on.
+FORKING_SERVER = r"""
+import os, socket, sys
+port, first = int(sys.argv[1]), int(sys.argv[2])
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", port))
+s.listen(64)
+print("ready", flush=True)
+
+def serve(c):
+    c.sendall(c.recv(100))
+    c.close()
+
+for _ in range(first):
+    serve(s.accept()[0])
+os.fork()
+while True:
+    serve(s.accept()[0])
+"""
+
+
+def test_forked_listener_shares_the_port(reg, procs):
+    """A direct listener's process forks and both accept: the child's own
+    entry makes the listener shared, so clients use the rendezvous; none
+    waits out a timeout, and offers still going to the parent are taken."""
+    port = free_port()
+    srv = procs.start([PY, "-c", FORKING_SERVER, str(port), "3"], env=reg.env, text=True)
+    assert srv.stdout.readline().strip() == "ready"
+    short_clients(reg, port, 3)                 # the third is direct; then the fork
+    deadline = time.monotonic() + 10
+    while len(entry_direct_ids(reg, port)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    short_clients(reg, port, 30)
+    st = reg.wait_stats(lambda s: s["accelerated_client"] + s["fallback"] >= 33)
+    assert st["accelerated_client"] == 33 and st["fallback"] == 0, st
+    assert sorted(entry_direct_ids(reg, port))[0] == 0, reg.entries("l")  # the child's
