@@ -14,12 +14,13 @@ from conftest import PY, free_port, need, wait_port
 
 PEER = os.path.join(os.path.dirname(__file__), "peer.py")
 
-# Accepts @first connections blocking in accept(), then @rest more after
-# select() on the listener; echoes each (one recv, one send).  Between the
-# two, it sleeps @pause seconds.
-SWITCHING_SERVER = r"""
-import select, socket, sys, time
-port, first, pause, rest = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+# Accepts @first connections blocking in accept(), then either sleeps
+# argv[4] seconds and accepts argv[5] more after select() on the listener
+# ("select"), or forks and from then on parent and child both accept,
+# blocking ("fork").  Echoes each connection (one recv, one send).
+SERVER = r"""
+import os, select, socket, sys, time
+port, first, then = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", port))
@@ -32,8 +33,12 @@ def serve(c):
 
 for _ in range(first):
     serve(s.accept()[0])
-time.sleep(pause)
-for _ in range(rest):
+if then == "fork":
+    os.fork()
+    while True:
+        serve(s.accept()[0])
+time.sleep(float(sys.argv[4]))
+for _ in range(int(sys.argv[5])):
     select.select([s], [], [])
     serve(s.accept()[0])
 """
@@ -45,9 +50,9 @@ def entry_direct_ids(reg, port):
             if int(name.split(".")[0]) == port]
 
 
-def start_switching_server(reg, procs, first, pause, rest):
+def start_server(reg, procs, first, *then):
     port = free_port()
-    srv = procs.start([PY, "-c", SWITCHING_SERVER, str(port), str(first), str(pause), str(rest)],
+    srv = procs.start([PY, "-c", SERVER, str(port), str(first), *map(str, then)],
                       env=reg.env, text=True)
     assert srv.stdout.readline().strip() == "ready"
     return srv, port
@@ -82,7 +87,7 @@ def test_offer_not_taken_in_time_goes_over_tcp(reg, procs):
     """The server takes one connection, then sleeps past the client's
     handshake timeout (300 ms) before it accepts again: the waiting client
     withdraws its offer, connects over TCP and replays its request."""
-    srv, port = start_switching_server(reg, procs, 1, 1.5, 1)
+    srv, port = start_server(reg, procs, 1, "select", 1.5, 1)
     short_clients(reg, port, 2)
     st = reg.wait_stats(lambda s: s["fallback"] >= 2)
     assert st["accelerated_client"] == 1 and st["fallback_by_reason"]["timeout"] == 1, st
@@ -96,7 +101,7 @@ def test_listener_polled_goes_back_to_tcp(reg, procs):
     entry names no direct inbox any more, and no client waits out a timeout
     - an offer already queued is declined (direct-ended) and its client
     connects over TCP at once."""
-    srv, port = start_switching_server(reg, procs, 5, 0, 15)
+    srv, port = start_server(reg, procs, 5, "select", 0, 15)
     short_clients(reg, port, 20)
     assert srv.wait(timeout=30) == 0
     st = reg.wait_stats(lambda s: s["accelerated_client"] + s["fallback"] >= 20)
@@ -107,7 +112,7 @@ def test_listener_polled_goes_back_to_tcp(reg, procs):
 
 
 def test_listener_polled_names_no_direct_inbox(reg, procs):
-    srv, port = start_switching_server(reg, procs, 3, 0, 100)
+    srv, port = start_server(reg, procs, 3, "select", 0, 100)
     short_clients(reg, port, 3)
     short_clients(reg, port, 1)         # the server now waits in select()
     assert entry_direct_ids(reg, port) == [0], reg.entries("l")
@@ -115,36 +120,11 @@ def test_listener_polled_names_no_direct_inbox(reg, procs):
     assert st["accelerated_client"] == 4 and st["direct_handshakes"] == 2, st
 
 
-# Accepts @first connections in accept(), then forks: parent and child both
-# accept (blocking) and echo from then on.
-FORKING_SERVER = r"""
-import os, socket, sys
-port, first = int(sys.argv[1]), int(sys.argv[2])
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", port))
-s.listen(64)
-print("ready", flush=True)
-
-def serve(c):
-    c.sendall(c.recv(100))
-    c.close()
-
-for _ in range(first):
-    serve(s.accept()[0])
-os.fork()
-while True:
-    serve(s.accept()[0])
-"""
-
-
 def test_forked_listener_shares_the_port(reg, procs):
     """A direct listener's process forks and both accept: the child's own
     entry makes the listener shared, so clients use the rendezvous; none
     waits out a timeout, and offers still going to the parent are taken."""
-    port = free_port()
-    srv = procs.start([PY, "-c", FORKING_SERVER, str(port), "3"], env=reg.env, text=True)
-    assert srv.stdout.readline().strip() == "ready"
+    srv, port = start_server(reg, procs, 3, "fork")
     short_clients(reg, port, 3)                 # the third is direct; then the fork
     deadline = time.monotonic() + 10
     while len(entry_direct_ids(reg, port)) < 2 and time.monotonic() < deadline:
