@@ -27,6 +27,7 @@ struct smclo_config {
 	int max_conns;
 	int cross_netns;
 	int direct;                 /* blocking listeners take connections without TCP */
+	int inbox;                  /* clients offer through a single acceptor's inbox */
 	int short_lived;            /* keep short-lived connections on TCP when CPUs are busy */
 	int allow_any_uid;
 	int n_allow_uids;

@@ -906,7 +906,7 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		return sys_connect(fd, sa, len);
 	}
 	reason = client_precheck(&cl);
-	if (reason == R_NONE && cl.listener.exclusive) {
+	if (reason == R_NONE && cl.listener.exclusive && cfg.inbox) {
 		int rc;
 		if (cl.listener.offer.direct && cfg.direct && client_direct(&cl) == 0)
 			return 0;
