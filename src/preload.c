@@ -137,10 +137,14 @@ __attribute__((constructor)) static void smclo_init(void)
 	}
 	registry_fd = fd_hide(registry_fd);
 	totals = stats_totals_map(registry_fd);
-	if (!totals)
+	if (!totals && (errno == EPERM || errno == EPROTO))
 		fprintf(stderr, "smclo: registry %s: t/%u must be " STATS_TOTALS_RULE "; this "
 		        "process's connections are not counted in `smclo stats`\n",
 		        cfg.dir, (unsigned)geteuid());
+	else if (!totals)
+		fprintf(stderr, "smclo: registry %s: cannot map t/%u: %s; this process's "
+		        "connections are not counted in `smclo stats`\n",
+		        cfg.dir, (unsigned)geteuid(), strerror(errno));
 	pthread_atfork(before_fork, NULL, after_fork_child);
 	smclo_active = 1;
 	DBG("active, registry %s, ring %u, handshake %d ms", cfg.dir, cfg.tx_size, cfg.handshake_ms);

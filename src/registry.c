@@ -54,6 +54,19 @@ int registry_open_mappable(int dirfd, const char *path, uid_t owner)
 	return fd;
 }
 
+void *registry_map_backed(int fd, size_t len)
+{
+	int err = posix_fallocate(fd, 0, (off_t)len);
+	void *p;
+
+	if (err) {
+		errno = err;
+		return NULL;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
 static int mkdir_checked(const char *path, mode_t mode, int must_be_private,
                          char *err, size_t errlen)
 {
@@ -462,7 +475,6 @@ _Static_assert(sizeof(struct registry_state) <= 4096, "the shared state is one p
  */
 static void *state_page_new(int dirfd)
 {
-	struct stat sb;
 	void *p;
 	int fd;
 
@@ -473,13 +485,9 @@ static void *state_page_new(int dirfd)
 	fd = registry_open_mappable(dirfd, "state3", dir_owner);
 	if (fd < 0)
 		return NULL;
-	if (fstat(fd, &sb) < 0 || (sb.st_size < 4096 && ftruncate(fd, 4096) < 0)) {
-		sys_close(fd);
-		return NULL;
-	}
-	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	p = registry_map_backed(fd, 4096);
 	sys_close(fd);
-	return p == MAP_FAILED ? NULL : p;
+	return p;
 }
 
 static struct registry_state *state_map(int dirfd)

@@ -53,6 +53,15 @@ int registry_is_shared(void);
  */
 int registry_open_mappable(int dirfd, const char *path, uid_t owner);
 
+/*
+ * Map the first @len bytes of @fd (from registry_open_mappable) shared,
+ * read-write, after making the filesystem back every page of them: a file
+ * grown with ftruncate is sparse, and the first store into a page a full
+ * tmpfs cannot back raises SIGBUS in the application.  Returns NULL (errno
+ * set, ENOSPC for a full filesystem) when the pages cannot be had.
+ */
+void *registry_map_backed(int fd, size_t len);
+
 /* Lock files: create @name under @sub and hold an OFD lock; returns fd. */
 int registry_lock_create(int dirfd, const char *sub, const char *name);
 /* Remove the entry under @sub whose lock we hold as @lock, and close that. */

@@ -4,6 +4,7 @@
 #include "stats.h"
 
 #include "forkguard.h"
+#include "log.h"
 #include "registry.h"
 #include "sys.h"
 
@@ -22,13 +23,7 @@
 static struct stat_table *my_table;
 static char my_table_name[64];
 static int my_table_fd = -1;
-
-static void *map_file(int fd, size_t len)
-{
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-
-	return p == MAP_FAILED ? NULL : p;
-}
+static int my_table_failed;     /* table_create() failed: do not retry per connection */
 
 /* "t/<uid>": each user's totals, written by nobody else (registry_open_mappable). */
 static void totals_path(char out[REGISTRY_PATH_MAX], uid_t uid)
@@ -54,9 +49,8 @@ struct stats_totals *stats_totals_map(int dirfd)
 	{
 		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
 		fcntl(fd, F_OFD_SETLKW, &fl);
-		if (fstat(fd, &st) == 0 && st.st_size < (off_t)sizeof(*t) &&
-		    ftruncate(fd, sizeof(*t)) == 0) {
-			t = map_file(fd, sizeof(*t));
+		if (fstat(fd, &st) == 0 && st.st_size < (off_t)sizeof(*t)) {
+			t = registry_map_backed(fd, sizeof(*t));
 			if (t) {
 				t->magic = STATS_MAGIC;
 				t->version = STATS_VERSION;
@@ -68,11 +62,12 @@ struct stats_totals *stats_totals_map(int dirfd)
 		fl.l_type = F_UNLCK;
 		fcntl(fd, F_OFD_SETLK, &fl);
 	}
-	t = map_file(fd, sizeof(*t));
+	t = registry_map_backed(fd, sizeof(*t));
 	close(fd);
 	/* a file another smclo version laid out differently is not ours to read */
 	if (t && (t->magic != STATS_MAGIC || t->version != STATS_VERSION)) {
 		munmap(t, sizeof(*t));
+		errno = EPROTO;
 		return NULL;
 	}
 	return t;
@@ -85,34 +80,46 @@ __attribute__((constructor)) static void table_lock_init(void)
 	fork_guard(&table_lock);
 }
 
+/*
+ * Make this process's table c/<pid>.<rand>, with table_lock held.  A
+ * process that cannot (it dropped privileges below the registry's owner,
+ * the filesystem is full) lists no connection in `smclo stat` and does not
+ * try again for every connection; its totals still count.
+ */
+static void table_create(int dirfd)
+{
+	uint32_t rnd = 0;
+	int fd;
+
+	if (syscall(SYS_getrandom, &rnd, sizeof(rnd), 0) != sizeof(rnd))
+		rnd = (uint32_t)time(NULL);
+	snprintf(my_table_name, sizeof(my_table_name), "%d.%08x", (int)sys_getpid(), rnd);
+	fd = registry_lock_create(dirfd, "c", my_table_name);
+	if (fd >= 0 && !(my_table = registry_map_backed(fd, sizeof(struct stat_table)))) {
+		registry_entry_remove(dirfd, "c", my_table_name);
+		close(fd);
+		fd = -1;
+	}
+	if (fd < 0) {
+		my_table_failed = 1;
+		DBG("no connection table in the registry (%s): connections are not listed",
+		    strerror(errno));
+		return;
+	}
+	my_table->magic = TABLE_MAGIC;
+	my_table->pid = sys_getpid();
+	my_table->nslots = TABLE_SLOTS;
+	my_table_fd = fd;   /* held open: the lock says we are alive */
+}
+
 struct stat_table *stats_table(int dirfd, char *name_out, size_t len)
 {
 	struct stat_table *t;
 
 	pthread_mutex_lock(&table_lock);   /* first connections of several threads race here */
-	if (!my_table) {
-		uint32_t rnd = 0;
-		int fd;
-
-		if (syscall(SYS_getrandom, &rnd, sizeof(rnd), 0) != sizeof(rnd))
-			rnd = (uint32_t)time(NULL);
-		snprintf(my_table_name, sizeof(my_table_name), "%d.%08x", (int)sys_getpid(), rnd);
-		fd = registry_lock_create(dirfd, "c", my_table_name);
-		if (fd < 0)
-			return NULL;
-		if (ftruncate(fd, sizeof(struct stat_table)) < 0 ||
-		    !(my_table = map_file(fd, sizeof(struct stat_table)))) {
-			registry_entry_remove(dirfd, "c", my_table_name);
-			close(fd);
-			pthread_mutex_unlock(&table_lock);
-			return NULL;
-		}
-		my_table->magic = TABLE_MAGIC;
-		my_table->pid = sys_getpid();
-		my_table->nslots = TABLE_SLOTS;
-		my_table_fd = fd;   /* held open: the lock says we are alive */
-	}
-	if (name_out)
+	if (!my_table && !my_table_failed)
+		table_create(dirfd);
+	if (my_table && name_out)
 		snprintf(name_out, len, "%s", my_table_name);
 	t = my_table;
 	pthread_mutex_unlock(&table_lock);
@@ -130,6 +137,7 @@ void stats_forget_table(void)
 	 */
 	my_table = NULL;
 	my_table_fd = -1;
+	my_table_failed = 0;
 }
 
 struct stat_slot *stats_slot_alloc(struct stat_table *t, int fd, int role)

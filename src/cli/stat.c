@@ -11,6 +11,7 @@
 #include "registry.h"
 #include "stats.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -28,6 +29,9 @@ static int open_registry(struct smclo_config *c, int *dirfd, struct stats_totals
 	if (*dirfd < 0)
 		return usage_error("%s", err);
 	*tot = stats_totals_map(*dirfd);
+	if (!*tot && errno != EPERM && errno != EPROTO)
+		return usage_error("registry %s: cannot map %s/t/%u for this user's totals: %s",
+		                   c->dir, c->dir, (unsigned)geteuid(), strerror(errno));
 	if (!*tot)
 		return usage_error("registry %s: cannot use %s/t/%u for this user's totals: it "
 		                   "must be " STATS_TOTALS_RULE " (remove it)", c->dir, c->dir,

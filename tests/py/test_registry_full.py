@@ -1,0 +1,112 @@
+"""Failure injection on the registry's filesystem: never a crash, never a
+hang, never a lost byte.
+
+Registry files are mapped shared.  A file grown with ftruncate is sparse,
+and the first store into a page a full tmpfs cannot back raises SIGBUS in
+the application (design brief, hazard 12), so every mapped registry file is
+allocated before it is mapped (registry_map_backed).
+
+ - a registry on a small tmpfs that is full before anything starts:
+   /bin/true exits 0 (it died of SIGBUS before), the cause is named on
+   stderr, and an echo server and client move their bytes intact;
+ - a tmpfs that fills up while a server runs: 20 more connections, intact;
+ - a registry directory its user may no longer write: intact, the cause
+   named on stderr.
+"""
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+from conftest import PY, SMCLO, Registry, free_port, wait_port
+
+PEER = os.path.join(os.path.dirname(__file__), "peer.py")
+
+
+@pytest.fixture
+def small_tmpfs():
+    d = tempfile.mkdtemp(prefix="smclo-full-")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", d],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, "mounting a 2 MiB tmpfs needs root: " + r.stderr
+    yield d
+    subprocess.run(["umount", "-l", d], check=True)
+    os.rmdir(d)
+
+
+def fill(d):
+    """Fill the filesystem of @d to the last block."""
+    subprocess.run(["dd", "if=/dev/zero", "of=" + os.path.join(d, "fill"), "bs=64k"],
+                   capture_output=True, timeout=30)
+    st = os.statvfs(d)
+    assert st.f_bavail == 0
+
+
+def churn(reg, port, n):
+    r = reg.run([PY, PEER, "churn", "127.0.0.1", str(port), str(n)], timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["bad", "0"], r.stdout + r.stderr
+
+
+def test_full_before_start(small_tmpfs, procs):
+    fill(small_tmpfs)
+    reg = Registry(os.path.join(small_tmpfs, "registry"))
+    r = reg.run(["/bin/true"], timeout=30)
+    assert r.returncode == 0, "exit %d: %s" % (r.returncode, r.stderr)
+    assert "No space left on device" in r.stderr, r.stderr
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], reg.env)
+    wait_port(port, proc=srv)
+    churn(reg, port, 20)
+    assert srv.poll() is None, "the server died: exit %s" % srv.returncode
+    r = subprocess.run([SMCLO, "stats"], env=reg.env, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode != 0 and "No space left on device" in r.stderr, r.stderr
+
+
+def test_fills_while_serving(small_tmpfs, procs):
+    reg = Registry(os.path.join(small_tmpfs, "registry"))
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], reg.env)
+    wait_port(port, proc=srv)
+    churn(reg, port, 5)
+    fill(small_tmpfs)
+    churn(reg, port, 20)
+    assert srv.poll() is None, "the server died: exit %s" % srv.returncode
+    st = reg.stats()
+    assert st["accelerated"] >= 25, st
+
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.fixture
+def nobody_dir():
+    """A directory nobody can reach (pytest's own tmp is root's, 0700)."""
+    import shutil
+    d = tempfile.mkdtemp(prefix="smclo-ro-", dir="/tmp")
+    os.chmod(d, 0o1777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_registry_not_writable(nobody_dir, procs):
+    """Root ignores permissions, so both ends run as nobody, in a registry
+    nobody made and then may no longer write."""
+    reg = Registry(os.path.join(nobody_dir, "registry"))
+    assert reg.run(NOBODY + ["/bin/true"], timeout=30).returncode == 0
+    subdirs = [reg.path] + [p for p in reg.path.iterdir() if p.is_dir()]
+    for sub in subdirs:
+        os.chmod(sub, 0o500)
+    port = free_port()
+    srv = procs.start(NOBODY + [PY, PEER, "echo-many", "127.0.0.1", str(port)], reg.env)
+    wait_port(port, proc=srv)
+    r = reg.run(NOBODY + [PY, PEER, "churn", "127.0.0.1", str(port), "20"], timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["bad", "0"], r.stdout + r.stderr
+    assert srv.poll() is None, "the server died: exit %s" % srv.returncode
+    for sub in subdirs:
+        os.chmod(sub, 0o700)
+    # what could not be used is named, and nothing was accelerated through it
+    assert "Permission denied" in r.stderr, r.stderr
+    st = reg.stats()
+    assert st["accelerated"] == 0, st
