@@ -86,7 +86,59 @@ static struct conn *shm_conn(int fd)
 
 /* ---- process lifecycle -------------------------------------------------- */
 
+/*
+ * fork: the child becomes one more holder of every connection it inherits.
+ * It is counted in the parent, before the fork.  Counted in the child, a
+ * parent that closes its copy at once (socat fork, PostgreSQL, inetd,
+ * ForkingTCPServer) could find itself the last holder before the child
+ * counted, and close the connection under the child.  The counted
+ * connections are kept (referenced) until the fork returns: a fork that
+ * failed takes its counts back, a child that lost one to a racing close
+ * gives its count back.
+ */
+static pthread_mutex_t fork_count_lock = PTHREAD_MUTEX_INITIALIZER;     /* two forking threads */
+static struct conn **fork_counted;
+static int n_fork_counted, fork_counted_cap;
+static __thread int in_fork_wrapper;
+
 static void count_fork_holder(int fd, struct conn *c, void *arg)
+{
+	if (c->mode != MODE_SHM || c->fork_gen == fork_generation)
+		return;
+	if (n_fork_counted == fork_counted_cap) {
+		int cap = fork_counted_cap ? 2 * fork_counted_cap : 64;
+		struct conn **a = realloc(fork_counted, (size_t)cap * sizeof(*a));
+		if (!a)
+			return;         /* the child counts it, as a connection made meanwhile */
+		fork_counted = a;
+		fork_counted_cap = cap;
+	}
+	c->fork_gen = fork_generation;
+	atomic_fetch_add(&c->sh->holders, 1);
+	atomic_fetch_add(&c->refs, 1);
+	fork_counted[n_fork_counted++] = c;
+}
+
+/* After the fork, in the parent (@failed: no child) or the child. */
+static void fork_counts_settle(int failed, int in_child)
+{
+	for (int i = 0; i < n_fork_counted; i++) {
+		struct conn *c = fork_counted[i];
+
+		/* no child, or a thread closed every descriptor of it just before the fork */
+		if (failed || (in_child && c->fd_count == 0))
+			atomic_fetch_sub(&c->sh->holders, 1);
+		conn_put(c);
+	}
+	n_fork_counted = 0;
+	if (in_child)
+		pthread_mutex_init(&fork_count_lock, NULL);
+	else
+		pthread_mutex_unlock(&fork_count_lock);
+}
+
+/* A connection bound while the fork was on its way: counted by the child. */
+static void child_counts_holder(int fd, struct conn *c, void *arg)
 {
 	c->inherited = 1;
 	if (c->mode == MODE_SHM && c->fork_gen != fork_generation) {
@@ -99,8 +151,18 @@ static void count_fork_holder(int fd, struct conn *c, void *arg)
 static void before_fork(void)
 {
 	fd_options_shared = 1;
-	if (smclo_active)
-		pairs_drop();
+	if (!smclo_active)
+		return;
+	pairs_drop();
+	pthread_mutex_lock(&fork_count_lock);
+	fork_generation++;
+	conn_for_each_fd(count_fork_holder, NULL);
+}
+
+static void after_fork_parent(void)
+{
+	if (smclo_active && !in_fork_wrapper)
+		fork_counts_settle(0, 0);       /* a fork that did not come through ours */
 }
 
 static void after_fork_child(void)
@@ -108,12 +170,30 @@ static void after_fork_child(void)
 	sys_pid_forget();
 	if (!smclo_active)
 		return;
+	in_fork_wrapper = 0;
+	fork_counts_settle(0, 1);
 	pairs_after_fork();
-	fork_generation++;
 	deferred_after_fork();
 	stats_forget_table();
-	conn_for_each_fd(count_fork_holder, NULL);
+	conn_for_each_fd(child_counts_holder, NULL);
 	hs_after_fork();
+}
+
+EXPORT pid_t fork(void)
+{
+	REAL(fork);
+	pid_t pid;
+
+	in_fork_wrapper = 1;
+	pid = real_fork();
+	if (pid != 0) {
+		int e = errno;
+		in_fork_wrapper = 0;
+		if (smclo_active)
+			fork_counts_settle(pid < 0, 0);
+		errno = e;
+	}
+	return pid;
 }
 
 __attribute__((constructor)) static void smclo_init(void)
@@ -145,7 +225,7 @@ __attribute__((constructor)) static void smclo_init(void)
 		fprintf(stderr, "smclo: registry %s: cannot map t/%u: %s; this process's "
 		        "connections are not counted in `smclo stats`\n",
 		        cfg.dir, (unsigned)geteuid(), strerror(errno));
-	pthread_atfork(before_fork, NULL, after_fork_child);
+	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 	smclo_active = 1;
 	DBG("active, registry %s, ring %u, handshake %d ms", cfg.dir, cfg.tx_size, cfg.handshake_ms);
 }
