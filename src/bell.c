@@ -224,8 +224,16 @@ int bell_wait_writable(int fd, int dontwait)
 	socklen_t l = sizeof(tv);
 	int timeout = -1, rc;
 
-	if (dontwait || (sys_fcntl(fd, F_GETFL, 0) & O_NONBLOCK))
+	if (dontwait || (sys_fcntl(fd, F_GETFL, 0) & O_NONBLOCK)) {
+		/*
+		 * A full ring whose reader is gone never drains: the writer
+		 * must hear EPIPE, not EAGAIN until its own timeout (its
+		 * poll() for POLLOUT returns at once, with POLLHUP).
+		 */
+		if (sys_poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)))
+			return -EPIPE;
 		return -EAGAIN;
+	}
 	if (sys_getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) == 0 && (tv.tv_sec || tv.tv_usec))
 		timeout = (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
 	watch_thread_sleeps();

@@ -148,3 +148,67 @@ def test_peer_killed_while_reader_sleeps_on_futex(reg, procs):
     kind, secs = rd.stdout.readline().split()
     assert kind in ("eof", "reset") and float(secs) < 1.0, (kind, secs)
     assert reg.stats()["accelerated"] == 2
+
+
+STALLING_SERVER = r"""
+import socket, sys, threading, time
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", int(sys.argv[1]))); l.listen(64)
+print("ready", flush=True)
+held = []
+def serve(c):
+    c.recv(1000)
+    time.sleep(3600)            # the rings fill up: writers wait for POLLOUT
+while True:
+    c, _ = l.accept(); held.append(c)
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+TIMEOUT_WRITERS = r"""
+import socket, sys, threading, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+socks = []
+for _ in range(n):
+    c = socket.create_connection(("127.0.0.1", port)); c.settimeout(10)
+    socks.append(c)
+out = [None] * n
+def write(i):
+    try:
+        socks[i].sendall(b"x" * 50_000_000)
+        out[i] = "sent"
+    except Exception as e:
+        out[i] = (type(e).__name__, time.monotonic())
+ts = [threading.Thread(target=write, args=(i,)) for i in range(n)]
+for t in ts: t.start()
+time.sleep(0.5)
+print("writing", flush=True)
+sys.stdin.readline()
+killed = time.monotonic()
+for t in ts: t.join()
+for o in out:
+    print(o[0], "%.3f" % (o[1] - killed) if o != "sent" else "")
+"""
+
+
+def test_writers_polling_pollout_see_a_killed_reader(reg, procs):
+    """Socket timeouts make Python's sockets non-blocking underneath, so a
+    writer facing a full ring polls for POLLOUT: the dead reader's hang-up
+    must turn its next write into EPIPE, not EAGAIN until its timeout."""
+    port = free_port()
+    srv = procs.start([PY, "-c", STALLING_SERVER, str(port)], reg.env)
+    wait_port(port, proc=srv)
+    import subprocess
+    cli = procs.start([PY, "-c", TIMEOUT_WRITERS, str(port), "20"], reg.env,
+                      stdin=subprocess.PIPE, text=True)
+    assert cli.stdout.readline().strip() == "writing"
+    os.killpg(srv.pid, signal.SIGKILL)
+    cli.stdin.write("go\n")
+    cli.stdin.flush()
+    out, err = cli.communicate(timeout=30)
+    lines = out.split("\n")
+    results = [ln.split() for ln in lines if ln.strip()]
+    assert len(results) == 20, out + err
+    for name, after in results:
+        assert name in ("BrokenPipeError", "ConnectionResetError"), out
+        assert float(after) < 1.0, out
+    assert reg.stats()["accelerated_client"] == 20
