@@ -128,7 +128,14 @@ static void fork_counts_settle(int failed, int in_child)
 		/* no child, or a thread closed every descriptor of it just before the fork */
 		if (failed || (in_child && c->fd_count == 0))
 			atomic_fetch_sub(&c->sh->holders, 1);
-		conn_put(c);
+		/*
+		 * Not in the child: the last reference would free the object,
+		 * and the locks that takes are still held by the fork guard
+		 * (its child handler may run after this one).  The child keeps
+		 * the object; what it points at is the parent's anyway.
+		 */
+		if (!in_child)
+			conn_put(c);
 	}
 	n_fork_counted = 0;
 	if (in_child)
