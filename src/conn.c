@@ -220,78 +220,9 @@ void fd_for_each_listener(void (*fn)(int fd))
 			fn(fd);
 }
 
-static void robust_init(pthread_mutex_t *m)
-{
-	pthread_mutexattr_t a;
-
-	pthread_mutexattr_init(&a);
-	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-	pthread_mutex_init(m, &a);
-	pthread_mutexattr_destroy(&a);
-}
-
-/*
- * Connection state pages whose every holder is gone, kept for the next
- * connection (an mmap, a page fault and an munmap fewer).  A page copied
- * into a child by fork stays shared with the parent, so only the process
- * that put it here may take it again.
- */
-#define SH_KEEP 32
-static struct { struct conn_shared *sh; pid_t owner; } sh_pool[SH_KEEP];
-static int sh_pooled;
-static pthread_mutex_t sh_pool_lock = PTHREAD_MUTEX_INITIALIZER;
-
 __attribute__((constructor)) static void conn_locks_init(void)
 {
 	fork_guard(&pool_lock);
-	fork_guard(&sh_pool_lock);
-}
-
-static struct conn_shared *sh_pool_take(void)
-{
-	struct conn_shared *sh = NULL;
-	pid_t me = sys_getpid();
-
-	pthread_mutex_lock(&sh_pool_lock);
-	while (sh_pooled > 0 && !sh) {
-		sh_pooled--;
-		if (sh_pool[sh_pooled].owner == me)
-			sh = sh_pool[sh_pooled].sh;
-		else            /* the parent's: not ours to reuse */
-			munmap(sh_pool[sh_pooled].sh, sizeof(*sh));
-	}
-	pthread_mutex_unlock(&sh_pool_lock);
-	return sh;
-}
-
-struct conn_shared *conn_shared_new(void)
-{
-	struct conn_shared *sh = sh_pool_take();
-
-	if (sh)
-		memset(sh, 0, sizeof(*sh));
-	else if ((sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
-	                    MAP_SHARED | MAP_ANONYMOUS, -1, 0)) == MAP_FAILED)
-		return NULL;
-	robust_init(&sh->tx_lock);
-	robust_init(&sh->rx_lock);
-	sh->holders = 1;
-	return sh;
-}
-
-void conn_shared_put(struct conn_shared *sh, int reusable)
-{
-	pthread_mutex_lock(&sh_pool_lock);
-	if (reusable && sh_pooled < SH_KEEP) {
-		sh_pool[sh_pooled].sh = sh;
-		sh_pool[sh_pooled].owner = sys_getpid();
-		sh_pooled++;
-		sh = NULL;
-	}
-	pthread_mutex_unlock(&sh_pool_lock);
-	if (sh)
-		munmap(sh, sizeof(*sh));
 }
 
 void sh_lock(pthread_mutex_t *m)

@@ -9,9 +9,10 @@
  * that the socket keeps its identity (options, addresses, TCP_INFO).
  *
  * State that every holder of the connection must agree on (cursors, locks,
- * holders count) lives in `struct conn_shared`, a MAP_SHARED anonymous page:
- * after fork, parent and child use one set of cursors, so the byte stream
- * stays intact whichever process reads or writes.
+ * holders count) lives in `struct conn_shared`, a slot of a shared memfd
+ * (shared.c): after fork, parent and child use one set of cursors, so the
+ * byte stream stays intact whichever process reads or writes, and a program
+ * exec'd with the connection maps the same slot again (handover.c).
  */
 #ifndef SMCLO_CONN_H
 #define SMCLO_CONN_H
@@ -50,6 +51,7 @@ struct conn_shared {
 	                                   fcntl/ioctl wrappers: no syscall per wait */
 	_Atomic int rcvtimeo_ms;        /* SO_RCVTIMEO of the doorbell socket, +1
 	                                   (0: not looked up since it was last set) */
+	_Atomic uint32_t slot_state;    /* shared.c's bookkeeping */
 };
 
 struct conn {
@@ -178,9 +180,17 @@ struct conn *conn_unbind_fd(int fd);
 void conn_for_each_fd(void (*fn)(int fd, struct conn *c, void *arg), void *arg);
 int conn_count(void);
 
-/* State shared by the processes holding a connection (fork). */
+/*
+ * State shared by the processes holding a connection (shared.c): fork
+ * children inherit it, exec'd programs map it again.
+ */
 struct conn_shared *conn_shared_new(void);
+/* This process is done with @sh; @reusable: so is every other holder. */
 void conn_shared_put(struct conn_shared *sh, int reusable);
+/* The descriptor and offset that map @sh again (for a handover); -1 if none. */
+int conn_shared_locate(const struct conn_shared *sh, int *fd, uint32_t *offset);
+/* @sh as another program of this process left it (handover.c); NULL if invalid. */
+struct conn_shared *conn_shared_adopt(int fd, uint32_t offset);
 
 /* Move @fd above the application's range, close-on-exec; returns new fd. */
 int fd_hide(int fd);
