@@ -3,13 +3,31 @@
 Every test gets its own registry directory (SMCLO_DIR), so the counters it
 reads from `smclo stats --json` are its own.  Background processes are
 started through `Procs`, which stops exactly the processes it started.
+
+Watchdog (the hooks at the end of this file): no test leaves a process
+behind, and none ends stuck without saying where.  The pytest process is
+made a child subreaper, so everything a test starts stays its descendant even
+after double forks and dead parents; every process also inherits
+TESTS_WATCHDOG_ID (<pytest pid>.<test number>), found again in
+/proc/PID/environ.  After a test's fixtures are torn down, any such process
+still alive (after a 2 s grace for ones already dying) FAILS the test, is
+named with its state, wait channel, system call and kernel stack, and is
+then killed.  A process Procs had to SIGKILL (no exit 10 s after its signal)
+fails the test the same way.  When a test ends with a timeout
+(subprocess.TimeoutExpired, socket.timeout, TimeoutError), its report gets
+the same description of every process of the test at that moment, and of
+the whole tree taken when each subprocess wait timed out (before
+subprocess.run kills its child).
 """
+import functools
 import json
 import os
+import platform
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,7 +79,7 @@ class Registry:
 
     def stats(self):
         out = subprocess.run([SMCLO, "stats", "--json"], env=self.env, check=True,
-                             capture_output=True, text=True).stdout
+                             capture_output=True, text=True, timeout=60).stdout
         return json.loads(out)
 
     def wait_stats(self, ready, timeout=10.0):
@@ -76,7 +94,7 @@ class Registry:
 
     def stat(self):
         out = subprocess.run([SMCLO, "stat", "--json"], env=self.env, check=True,
-                             capture_output=True, text=True).stdout
+                             capture_output=True, text=True, timeout=60).stdout
         return json.loads(out)["connections"]
 
     def run(self, args, **kw):
@@ -113,8 +131,12 @@ class Procs:
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+                _WATCH.stuck(p, "did not exit within 10 s of %s" % signal.Signals(sig).name)
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(timeout=30)
 
     def stop_all(self):
         for p in reversed(self.procs):
@@ -149,3 +171,272 @@ def need(binary):
     from shutil import which
     if which(binary) is None:
         pytest.fail("%s is not installed: run `make test`, which installs it" % binary)
+
+
+# ---- watchdog (see the top of this file) ------------------------------------
+
+WATCH_VAR = "TESTS_WATCHDOG_ID"
+PR_SET_CHILD_SUBREAPER = 36
+# system calls worth naming in a stuck process's /proc/PID/syscall (x86-64)
+_SYSCALLS = {0: "read", 1: "write", 7: "poll", 19: "readv", 20: "writev", 23: "select",
+             35: "nanosleep", 40: "sendfile", 42: "connect", 43: "accept", 44: "sendto",
+             45: "recvfrom", 46: "sendmsg", 47: "recvmsg", 61: "wait4", 202: "futex",
+             230: "clock_nanosleep", 232: "epoll_wait", 270: "pselect6", 271: "ppoll",
+             281: "epoll_pwait", 288: "accept4", 441: "epoll_pwait2"}
+
+
+class WatchdogFailure(pytest.fail.Exception):
+    """A test left processes behind or one of them was stuck."""
+
+
+def _read(path, binary=False):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data if binary else data.decode(errors="replace")
+
+
+def _proc_table():
+    """pid -> (ppid, starttime, state letter) of every process."""
+    table = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        s = _read("/proc/%s/stat" % d)
+        if not s:
+            continue
+        f = s[s.rindex(")") + 2:].split()
+        table[int(d)] = (int(f[1]), int(f[19]), f[0])
+    return table
+
+
+def _describe(pid):
+    """One process: ids, state, wait channel, system call, kernel stack, threads."""
+    base = "/proc/%d/" % pid
+    status = _read(base + "status") or ""
+    fields = dict(l.split(":", 1) for l in status.splitlines() if ":" in l)
+    cmd = (_read(base + "cmdline", True) or b"").replace(b"\0", b" ").decode(errors="replace")
+    cmd = cmd.strip().replace("\n", "\\n")[:400] or "[%s]" % fields.get("Name", "?").strip()
+    wchan = _read(base + "wchan") or "?"
+    out = ["pid %d (ppid %s, uid %s) state %s, wchan %s: %s" % (
+        pid, fields.get("PPid", "?").strip(), fields.get("Uid", "?").split()[0] if
+        fields.get("Uid") else "?", fields.get("State", "?").strip(), wchan.strip() or "0", cmd)]
+    sc = (_read(base + "syscall") or "").split()
+    if sc:
+        name = _SYSCALLS.get(int(sc[0])) if sc[0].isdigit() and platform.machine() == "x86_64" \
+            else None
+        out.append("    syscall: %s%s" % (" ".join(sc[:4]), " (%s)" % name if name else ""))
+    stack = _read(base + "stack")
+    if stack and stack.strip():
+        out.append("    stack:")
+        out += ["      " + l for l in stack.strip().splitlines()]
+    try:
+        tids = [t for t in os.listdir(base + "task") if t != str(pid)]
+    except OSError:
+        tids = []
+    if tids:
+        chans = {}
+        for t in tids:
+            w = (_read(base + "task/%s/wchan" % t) or "?").strip() or "0"
+            chans[w] = chans.get(w, 0) + 1
+        out.append("    other threads: " + ", ".join("%d in %s" % (n, w)
+                                                  for w, n in sorted(chans.items())))
+    return "\n".join(out)
+
+
+class _Watchdog:
+    def __init__(self):
+        self.me = os.getpid()
+        self.session = "%d." % self.me
+        self.test = 0
+        self.baseline = set()
+        self.timeouts = []      # descriptions taken when a wait timed out
+        self.dropped = 0
+        self.stuck_msgs = []
+        self.lock = threading.Lock()
+
+    def start_session(self):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass        # descendants of dead parents are then found by WATCH_VAR only
+        os.environ[WATCH_VAR] = self.session + "0"
+
+    def processes(self):
+        """(pid, starttime) -> state of the processes tests started: descendants
+        of pytest, and anything carrying this session's WATCH_VAR."""
+        table = _proc_table()
+        children = {}
+        for pid, (ppid, _, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        found, todo = set(), list(children.get(self.me, []))
+        while todo:
+            pid = todo.pop()
+            if pid not in found:
+                found.add(pid)
+                todo += children.get(pid, [])
+        mark = ("%s=%s" % (WATCH_VAR, self.session)).encode()
+        for pid in table:
+            if pid in found or pid == self.me:
+                continue
+            env = _read("/proc/%d/environ" % pid, True)
+            if env and any(e.startswith(mark) for e in env.split(b"\0")):
+                found.add(pid)
+        return {(pid, table[pid][1]): table[pid][2] for pid in found if pid in table}
+
+    def ours(self):
+        """Processes of the current test: not there when it began."""
+        return {k: v for k, v in self.processes().items() if k not in self.baseline}
+
+    def describe(self, keys):
+        return "\n".join(_describe(pid) for pid, _ in sorted(keys)) or "(no process)"
+
+    def begin(self):
+        self.test += 1
+        os.environ[WATCH_VAR] = self.session + str(self.test)
+        self.timeouts, self.dropped, self.stuck_msgs = [], 0, []
+        self.baseline = set(self.processes())
+
+    def timed_out(self, p, e):
+        with self.lock:
+            if len(self.timeouts) >= 4:
+                self.dropped += 1
+                return
+        args = p.args if isinstance(p.args, str) else " ".join(map(str, p.args))
+        text = "waiting %ss for pid %d (%s) timed out; the test's processes then:\n%s" % (
+            e.timeout, p.pid, args[:300], self.describe(self.ours()))
+        with self.lock:
+            self.timeouts.append(text)
+
+    def stuck(self, p, why):
+        """@p did not end when told to (it is still there: describe it now)."""
+        args = p.args if isinstance(p.args, str) else " ".join(map(str, p.args))
+        self.stuck_msgs.append("pid %d (%s) %s; the test's processes then:\n%s" % (
+            p.pid, args[:300], why, self.describe(self.ours())))
+
+    def call_failed(self, excinfo):
+        """Text for the report of a failed test, or None."""
+        parts = list(self.timeouts)
+        if self.dropped:
+            parts.append("(%d more timed-out waits)" % self.dropped)
+        e, timeout = excinfo.value if excinfo else None, False
+        while e is not None:
+            if isinstance(e, (subprocess.TimeoutExpired, TimeoutError)):
+                timeout = True
+            e = e.__cause__ or e.__context__
+        if timeout:
+            parts.append("the test's processes when it ended by a timeout:\n" +
+                         self.describe(self.ours()))
+        return "\n\n".join(parts) or None
+
+    def reap(self):
+        """Collect our zombie children (orphans come to us: subreaper)."""
+        for pid, (ppid, _, state) in _proc_table().items():
+            if ppid == self.me and state == "Z":
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+
+    def end(self):
+        """After the fixtures: a description of what was wrong, or None."""
+        problems = ["stuck: " + m for m in self.stuck_msgs]
+        deadline = time.time() + 2.0         # killed groups may take a moment to go
+        while True:
+            self.reap()
+            left = {k: s for k, s in self.ours().items() if s != "Z"}
+            if not left or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        if left:
+            problems.append("%d process(es) left running after the test (killed now):\n%s" % (
+                len(left), self.describe(left)))
+            for pid, start in left:
+                if _proc_table().get(pid, (0, None))[1] == start:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            deadline = time.time() + 5.0
+            while time.time() < deadline:
+                self.reap()
+                if not {k for k, s in self.ours().items() if s != "Z"}:
+                    break
+                time.sleep(0.05)
+        self.reap()
+        return "\n".join(problems) or None
+
+
+_WATCH = _Watchdog()
+
+
+def _watch_waits(orig):
+    """Describe the test's processes when a wait for a child times out (the
+    outermost one only: communicate() waits inside)."""
+    depth = threading.local()
+
+    @functools.wraps(orig)
+    def wrapper(self, *a, **kw):
+        d = getattr(depth, "n", 0)
+        depth.n = d + 1
+        try:
+            return orig(self, *a, **kw)
+        except subprocess.TimeoutExpired as e:
+            if d == 0:
+                _WATCH.timed_out(self, e)
+            raise
+        finally:
+            depth.n = d
+    return wrapper
+
+
+def pytest_configure(config):
+    _WATCH.start_session()
+    subprocess.Popen.wait = _watch_waits(subprocess.Popen.wait)
+    subprocess.Popen.communicate = _watch_waits(subprocess.Popen.communicate)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item):
+    _WATCH.begin()          # before any fixture: Registry.env carries the marker
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    rep = yield
+    if call.when == "call" and rep.failed:
+        text = _WATCH.call_failed(call.excinfo)
+        if text:
+            if hasattr(rep.longrepr, "addsection"):
+                rep.longrepr.addsection("watchdog", text)
+            else:
+                rep.sections.append(("watchdog", text))
+    if call.when == "teardown" and call.excinfo is not None and \
+            call.excinfo.errisinstance(WatchdogFailure):
+        rep.watchdog = True
+    return rep
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    try:
+        res = yield         # every fixture of the test is finalized here
+    except BaseException as e:
+        problems = _WATCH.end()
+        if problems:
+            raise WatchdogFailure("watchdog: " + problems, pytrace=False) from e
+        raise
+    problems = _WATCH.end()
+    if problems:
+        raise WatchdogFailure("watchdog: " + problems, pytrace=False)
+    return res
+
+
+def pytest_report_teststatus(report, config):
+    if report.when == "teardown" and getattr(report, "watchdog", False):
+        return "failed", "F", "FAILED"
