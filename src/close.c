@@ -24,11 +24,12 @@ void conn_mark_broken(struct conn *c)
 	atomic_fetch_or(&c->sh->flags, SH_BROKEN);
 }
 
-static void publish_close(struct conn *c)
+/* @abort: the peer hears a reset even if we read everything it sent. */
+static void publish_close(struct conn *c, int abort)
 {
 	struct conn_shared *sh = c->sh;
 	uint64_t prod;
-	uint32_t flags = RING_F_CLOSED;
+	uint32_t flags = RING_F_CLOSED | (abort ? RING_F_ABORT : 0);
 
 	sh_lock(&sh->rx_lock);
 	if (rx_peer_prod(c, &prod) < 0 || prod != sh->cons)
@@ -94,7 +95,7 @@ static void conn_leave_process(struct conn *c, int fd)
 	if (c->mode == MODE_SHM) {
 		last = atomic_fetch_sub(&c->sh->holders, 1) == 1;
 		if (last) {
-			publish_close(c);
+			publish_close(c, 0);
 			record_payoff(c);
 		}
 		c->reusable = last && !peer_crashed(c, fd);
@@ -153,20 +154,28 @@ int conn_shutdown(struct conn *c, int fd, int how)
 	return 0;
 }
 
-void conn_reset_for_exec(int fd, struct conn *c)
+void conn_reset_for_exec(int fd, int leave)
 {
 	/*
-	 * The new program has no smclo state for this descriptor, and would
-	 * misread doorbells.  Give it a fresh, unconnected TCP socket instead:
-	 * reads fail with ENOTCONN and writes with EPIPE, as on a reset
-	 * connection.  Only the descriptor changes: posix_spawn and Python run
-	 * this in a vfork child that shares our memory, so no state is touched,
-	 * and the parent's connection goes on unharmed.
+	 * Reads of a fresh, unconnected TCP socket fail with ENOTCONN and
+	 * writes with EPIPE, as on a reset connection.  A vfork child shares
+	 * our memory and the parent keeps the connection: there only the
+	 * descriptor changes (@leave 0).
 	 */
-	int s = sys_socket(c->domain == AF_INET6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+	int s = sys_socket(AF_INET, SOCK_STREAM, 0);
+	int fl = sys_fcntl(fd, F_GETFD, 0);
 
+	if (leave) {
+		struct conn *c = conn_unbind_fd(fd);
+
+		if (c && c->fd_count == 0 && c->mode == MODE_SHM &&
+		    atomic_fetch_sub(&c->sh->holders, 1) == 1)
+			publish_close(c, 1);
+		if (c)
+			conn_put(c);
+	}
 	if (s < 0)
 		return;
-	sys_dup3(s, fd, 0);
+	sys_dup3(s, fd, fl > 0 && (fl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 	sys_close(s);
 }

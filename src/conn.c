@@ -170,6 +170,14 @@ int conn_count(void)
 	return atomic_load(&n_conns);
 }
 
+void conn_note_bell(struct conn *c, int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) == 0)
+		c->bell_ino = (unsigned long)st.st_ino;
+}
+
 void conn_bind_fd(struct conn *c, int fd)
 {
 	struct fd_entry *e = ent_use(fd);
@@ -179,6 +187,8 @@ void conn_bind_fd(struct conn *c, int fd)
 		return;
 	atomic_fetch_add(&c->refs, 1);
 	c->fd_count++;
+	if (c->mode == MODE_SHM && c->bell_fd < 0 && !c->bell_ino)
+		conn_note_bell(c, fd);
 	old = atomic_exchange(&e->conn, c);
 	if (old) {          /* dup2 over a connection: that descriptor is gone */
 		old->fd_count--;

@@ -68,6 +68,8 @@ struct conn {
 	int inherited;                  /* came to this process through fork */
 	unsigned fork_gen;              /* last fork that counted us as a holder */
 	int domain;                     /* what SO_DOMAIN answers (AF_INET/6/AF_SMC) */
+	unsigned long bell_ino;         /* the doorbell socket's inode: names the connection
+	                                   in any process (handover.c), 0 until known */
 	struct region *region;          /* the shared memory both rings live in */
 	struct ring_hdr *tx;            /* our ring inside it */
 	const struct ring_hdr *rx;      /* the peer's */
@@ -172,6 +174,8 @@ static inline int fd_has_conn(int fd)
 }
 
 struct conn *conn_alloc(int mode);
+/* @fd is the doorbell socket of @c now: remember its inode (bell_ino). */
+void conn_note_bell(struct conn *c, int fd);
 /* Name @fd as a holder of @c (takes a reference). */
 void conn_bind_fd(struct conn *c, int fd);
 /* Forget @fd; returns its connection (reference transferred) or NULL. */

@@ -681,6 +681,7 @@ static void pending_take(int fd, struct conn *c)
 	sys_dup3(c->bell_fd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 	sys_close(c->bell_fd);
 	c->bell_fd = -1;
+	conn_note_bell(c, fd);
 	if (fl & O_NONBLOCK)            /* options and flags set meanwhile went to the TCP socket */
 		sys_fcntl(fd, F_SETFL, O_NONBLOCK);
 	atomic_store(&c->sh->nonblock, (fl & O_NONBLOCK) != 0);
@@ -776,8 +777,8 @@ void hs_resolve_fd(int fd)
 {
 	struct conn *c;
 
-	if (!(fd_flags(fd) & FDF_PENDING) || !(c = conn_get(fd)))
-		return;
+	if (!(fd_flags(fd) & FDF_PENDING) || sys_in_vfork_child() || !(c = conn_get(fd)))
+		return;         /* a vfork child would decide in its parent's memory */
 	if (atomic_load(&c->pending) != PENDING_NONE)
 		hs_resolve(fd, c, 0);
 	conn_put(c);
@@ -790,14 +791,14 @@ static void resolve_one(int fd, struct conn *c, void *arg)
 }
 
 /* A child must not inherit an undecided connection: decide them all first. */
-static void resolve_pending_conns(void)
+void hs_resolve_all(void)
 {
 	conn_for_each_fd(resolve_one, NULL);
 }
 
 static void resolve_all_before_fork(void)
 {
-	pthread_atfork(resolve_pending_conns, NULL, NULL);
+	pthread_atfork(hs_resolve_all, NULL, NULL);
 }
 
 /*

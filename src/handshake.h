@@ -46,6 +46,8 @@ struct conn;
 void hs_resolve(int fd, struct conn *c, size_t reading);
 /* The same for whatever @fd names, if it is pending. */
 void hs_resolve_fd(int fd);
+/* Decide every pending connection of this process (before fork and exec). */
+void hs_resolve_all(void);
 /* In a fork child: the inherited listeners are now shared (see handshake.c). */
 void hs_after_fork(void);
 

@@ -92,7 +92,11 @@ int rx_peer_prod(struct conn *c, uint64_t *prod);
 void conn_close_fd(int fd);
 int conn_shutdown(struct conn *c, int fd, int how);
 void conn_mark_broken(struct conn *c);
-/* Turn @fd into a closed TCP socket for a program about to exec. */
-void conn_reset_for_exec(int fd, struct conn *c);
+/*
+ * A program that cannot take the connection over gets @fd as a fresh,
+ * unconnected TCP socket.  @leave: this process stops holding it (an exec
+ * of the process itself; not a vfork child, whose parent goes on with it).
+ */
+void conn_reset_for_exec(int fd, int leave);
 
 #endif

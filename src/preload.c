@@ -15,7 +15,9 @@
 #include "config.h"
 #include "conn.h"
 #include "deferred.h"
+#include "handover.h"
 #include "handshake.h"
+#include "interpose.h"
 #include "io.h"
 #include "log.h"
 #include "pairs.h"
@@ -41,16 +43,10 @@
 #include <sys/uio.h>
 #include <fcntl.h>
 
-#define EXPORT __attribute__((visibility("default")))
 #ifndef AF_SMC
 #define AF_SMC 43
 #endif
 
-/* Resolve libc's definition on first use. */
-#define REAL(name)                                                          \
-	static __typeof__(&name) real_##name;                               \
-	if (!real_##name)                                                   \
-		real_##name = (__typeof__(&name))dlsym(RTLD_NEXT, #name)
 
 static unsigned fork_generation;
 
@@ -220,6 +216,7 @@ __attribute__((constructor)) static void smclo_init(void)
 	registry_fd = registry_open(cfg.dir, cfg.dir_is_default, err, sizeof(err));
 	if (registry_fd < 0) {
 		fprintf(stderr, "smclo: %s; acceleration disabled for this process\n", err);
+		handover_adopt();       /* connections handed to us are reset, not misread */
 		return;
 	}
 	registry_fd = fd_hide(registry_fd);
@@ -235,6 +232,7 @@ __attribute__((constructor)) static void smclo_init(void)
 	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 	smclo_active = 1;
 	DBG("active, registry %s, ring %u, handshake %d ms", cfg.dir, cfg.tx_size, cfg.handshake_ms);
+	handover_adopt();
 }
 
 /* ---- creating, connecting, accepting ------------------------------------ */
@@ -380,6 +378,8 @@ static void forget_fd(int fd)
 	if (!smclo_active)
 		return;
 	f = fd_flags(fd);
+	if ((f || fd_has_conn(fd)) && sys_in_vfork_child())
+		return;         /* the parent's table: not ours to change */
 	if (f & (FDF_WATCHED | FDF_EPOLL))
 		watch_fd_closed(fd);
 	if (f & FDF_PENDING)
@@ -781,6 +781,8 @@ static void copy_binding(int oldfd, int newfd)
 
 	if (newfd < 0 || oldfd == newfd || !smclo_active)
 		return;
+	if ((fd_flags(oldfd) || fd_has_conn(oldfd)) && sys_in_vfork_child())
+		return;         /* the parent's table: not ours to change */
 	fd_set_flags(newfd, fd_flags(oldfd) & ~(FDF_LISTENING | FDF_WATCHED | FDF_EPOLL | FDF_DIRECT));
 	/* an option set through either descriptor is set for both: we no longer know */
 	if (fd_flags(oldfd) & FDF_TCP) {
@@ -1106,51 +1108,4 @@ EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct ti
 	if (smclo_active && selectwait_needed(nfds, rd))
 		return selectwait(nfds, rd, wr, ex, timespec_ms(ts), mask);
 	return real_pselect(nfds, rd, wr, ex, ts, mask);
-}
-
-/* ---- exec --------------------------------------------------------------- */
-
-static void reset_inheritable(int fd, struct conn *c, void *arg)
-{
-	int fl = sys_fcntl(fd, F_GETFD, 0);
-
-	/* a connection left on TCP is the real socket: the new program may use it */
-	if (c->mode == MODE_SHM && fl >= 0 && !(fl & FD_CLOEXEC))
-		conn_reset_for_exec(fd, c);
-}
-
-static void before_exec(void)
-{
-	if (!smclo_active)
-		return;
-	watch_before_exec();
-	conn_for_each_fd(reset_inheritable, NULL);
-}
-
-EXPORT int execve(const char *path, char *const argv[], char *const envp[])
-{
-	REAL(execve);
-	before_exec();
-	return real_execve(path, argv, envp);
-}
-
-EXPORT int execv(const char *path, char *const argv[])
-{
-	REAL(execv);
-	before_exec();
-	return real_execv(path, argv);
-}
-
-EXPORT int execvp(const char *file, char *const argv[])
-{
-	REAL(execvp);
-	before_exec();
-	return real_execvp(file, argv);
-}
-
-EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
-{
-	REAL(execvpe);
-	before_exec();
-	return real_execvpe(file, argv, envp);
 }

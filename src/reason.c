@@ -25,6 +25,8 @@ static const struct {
 	[R_CROSS_NETNS_OFF] = { "cross-netns-off", "cross-namespace acceleration disabled" },
 	[R_SHORT_LIVED]     = { "short-lived", "short-lived, kept on TCP while CPU time is short" },
 	[R_DIRECT_ENDED]    = { "direct-ended", "listener stopped taking connections without TCP" },
+	[R_EXEC_NO_SMCLO]   = { "exec-no-smclo", "handed to a program that cannot load smclo: reset" },
+	[R_HANDOVER_LOST]   = { "handover-lost", "handed over on exec, but its state did not arrive: reset" },
 };
 
 const char *reason_id(int r)

@@ -27,6 +27,8 @@ enum smclo_reason {
 	R_CROSS_NETNS_OFF,     /* peer in another namespace and SMCLO_CROSS_NETNS=0 */
 	R_SHORT_LIVED,         /* short connections to this peer, CPUs oversubscribed (payoff.h) */
 	R_DIRECT_ENDED,        /* the listener stopped taking connections without TCP */
+	R_EXEC_NO_SMCLO,       /* handed to a program that cannot load smclo: reset */
+	R_HANDOVER_LOST,       /* handed over, but its state did not reach the new program: reset */
 	R_COUNT
 };
 

@@ -27,7 +27,8 @@ struct region {
 	size_t len;
 	uint32_t up, down;
 	int mine;               /* created here (client) or mapped (server) */
-	int memfd;              /* mine: the descriptor handed to the peer */
+	int memfd;              /* mine: the descriptor handed to the peer; theirs: kept
+	                           to hand the connection to an exec'd program, or -1 */
 	pid_t peer;             /* mine: the only process it goes to */
 	uid_t creator;          /* mine: the uid the kernel reports as its owner */
 	dev_t dev;              /* theirs: identity of the memfd */
@@ -192,6 +193,22 @@ struct region *region_get(pid_t peer, uint32_t up, uint32_t down, int *memfd)
 	return r;
 }
 
+/*
+ * A copy of @memfd among the hidden descriptors, or -1: where the hidden
+ * range is out of reach the copy would take one of the application's
+ * numbers, and a handover is not worth that.
+ */
+static int keep_hidden(int memfd)
+{
+	int h = fd_dup_hidden(memfd);
+
+	if (h >= 0 && !fd_is_hidden(h)) {
+		sys_close(h);
+		h = -1;
+	}
+	return h;
+}
+
 static struct region *map_new(int memfd, const struct stat *st, uint32_t up, uint32_t down)
 {
 	const int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
@@ -207,7 +224,7 @@ static struct region *map_new(int memfd, const struct stat *st, uint32_t up, uin
 		free(r);
 		return NULL;
 	}
-	r->memfd = -1;
+	r->memfd = keep_hidden(memfd);
 	r->up = up;
 	r->down = down;
 	r->dev = st->st_dev;
@@ -246,6 +263,32 @@ struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner)
 	}
 	if (r)
 		*owner = st.st_uid;
+	return r;
+}
+
+int region_memfd(const struct region *r)
+{
+	return r->memfd;
+}
+
+struct region *region_adopt(int memfd, uint32_t up, uint32_t down, int mine)
+{
+	struct region *r;
+	struct stat st;
+
+	if (!ring_size_valid(up) || !ring_size_valid(down) || fstat(memfd, &st) < 0 ||
+	    (size_t)st.st_size != layout_len(up, down))
+		return NULL;
+	pthread_mutex_lock(&lock);
+	r = map_new(memfd, &st, up, down);
+	if (r) {
+		r->refs = 1;
+		r->owner = sys_getpid();
+		/* never offered again: peer 0 (region_put destroys it) */
+		r->mine = mine;
+		r->creator = st.st_uid;
+	}
+	pthread_mutex_unlock(&lock);
 	return r;
 }
 

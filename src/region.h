@@ -37,6 +37,14 @@ struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner);
  */
 void region_put(struct region *r, int reusable);
 
+/* Its memfd, to hand the connection to an exec'd program; -1 if not kept. */
+int region_memfd(const struct region *r);
+/*
+ * A region an exec'd predecessor of this process used (handover.c): mapped
+ * from @memfd, checked like a peer's (sealed, exact size), never reused.
+ */
+struct region *region_adopt(int memfd, uint32_t up, uint32_t down, int mine);
+
 /* Did this process create @r (the client's side)? */
 int region_mine(const struct region *r);
 

@@ -40,9 +40,12 @@ _Static_assert(PAGE % SLOT_SIZE == 0, "a slot must not straddle pages");
 
 struct chunk {
 	struct chunk *next;
-	uint8_t *base;
+	uint8_t *base;          /* maps [file_off, file_off + len) of the memfd */
+	size_t len;
+	uint32_t file_off;
 	int fd;                 /* hidden, close-on-exec (cleared for a handover) */
-	pid_t maker;            /* only this process takes its slots */
+	pid_t maker;            /* only this process takes its slots; 0: the page
+	                           of one slot taken over from an exec'd predecessor */
 	uint32_t used;          /* slots ever handed out (the rest never touched) */
 };
 
@@ -69,7 +72,7 @@ static void robust_init(pthread_mutex_t *m)
 static struct chunk *chunk_of(const struct conn_shared *sh)
 {
 	for (struct chunk *k = chunks; k; k = k->next)
-		if ((const uint8_t *)sh >= k->base && (const uint8_t *)sh < k->base + CHUNK_LEN)
+		if ((const uint8_t *)sh >= k->base && (const uint8_t *)sh < k->base + k->len)
 			return k;
 	return NULL;
 }
@@ -87,6 +90,7 @@ static struct chunk *chunk_new(void)
 	if (k->base == MAP_FAILED)
 		goto fail;
 	k->fd = fd_hide(fd);
+	k->len = CHUNK_LEN;
 	k->maker = sys_getpid();
 	k->next = chunks;
 	chunks = k;
@@ -153,19 +157,25 @@ struct conn_shared *conn_shared_new(void)
 	return sh;
 }
 
+static void unlink_chunk(struct chunk *k)
+{
+	for (struct chunk **pp = &chunks; *pp; pp = &(*pp)->next)
+		if (*pp == k) {
+			*pp = k->next;
+			return;
+		}
+}
+
 void conn_shared_put(struct conn_shared *sh, int reusable)
 {
-	struct chunk *k;
+	struct chunk *k, *adopted = NULL;
 
 	pthread_mutex_lock(&lock);
 	k = chunk_of(sh);
-	if (!k) {
-		/* adopted from an exec'd predecessor (conn_shared_adopt): just its page */
-		pthread_mutex_unlock(&lock);
-		munmap((void *)((uintptr_t)sh & ~(uintptr_t)(PAGE - 1)), PAGE);
-		return;
-	}
-	if (k->maker == sys_getpid()) {
+	if (k && k->maker == 0) {
+		unlink_chunk(k);        /* one slot's page, taken over at exec */
+		adopted = k;
+	} else if (k && k->maker == sys_getpid()) {
 		if (reusable) {
 			atomic_store(&sh->slot_state, SLOT_FREE);
 			memcpy(&sh->tx_lock, &free_slots, sizeof(free_slots));
@@ -176,6 +186,11 @@ void conn_shared_put(struct conn_shared *sh, int reusable)
 	}
 	/* a slot of our parent's chunk is the parent's to take again */
 	pthread_mutex_unlock(&lock);
+	if (adopted) {
+		munmap(adopted->base, adopted->len);
+		sys_close(adopted->fd);
+		free(adopted);
+	}
 }
 
 int conn_shared_locate(const struct conn_shared *sh, int *fd, uint32_t *offset)
@@ -186,7 +201,7 @@ int conn_shared_locate(const struct conn_shared *sh, int *fd, uint32_t *offset)
 	k = chunk_of(sh);
 	if (k) {
 		*fd = k->fd;
-		*offset = (uint32_t)((const uint8_t *)sh - k->base);
+		*offset = k->file_off + (uint32_t)((const uint8_t *)sh - k->base);
 	}
 	pthread_mutex_unlock(&lock);
 	return k ? 0 : -1;
@@ -195,15 +210,28 @@ int conn_shared_locate(const struct conn_shared *sh, int *fd, uint32_t *offset)
 struct conn_shared *conn_shared_adopt(int fd, uint32_t offset)
 {
 	const int need = F_SEAL_SHRINK | F_SEAL_GROW;
-	off_t page = (off_t)(offset & ~(PAGE - 1));
+	uint32_t page = offset & ~(PAGE - 1);
+	struct chunk *k;
 	struct stat st;
-	uint8_t *p;
 
 	if (offset % SLOT_SIZE || offset >= CHUNK_LEN || fstat(fd, &st) < 0 ||
-	    st.st_size != (off_t)CHUNK_LEN || (fcntl(fd, F_GET_SEALS) & need) != need)
+	    st.st_size != (off_t)CHUNK_LEN || (fcntl(fd, F_GET_SEALS) & need) != need ||
+	    !(k = calloc(1, sizeof(*k))))
 		return NULL;
-	p = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, page);
-	if (p == MAP_FAILED)
+	k->base = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, page);
+	/* kept, to hand the connection on again at the next exec */
+	k->fd = k->base == MAP_FAILED ? -1 : fd_dup_hidden(fd);
+	if (k->fd < 0) {
+		if (k->base != MAP_FAILED)
+			munmap(k->base, PAGE);
+		free(k);
 		return NULL;
-	return (struct conn_shared *)(p + (offset - page));
+	}
+	k->len = PAGE;
+	k->file_off = page;
+	pthread_mutex_lock(&lock);
+	k->next = chunks;
+	chunks = k;
+	pthread_mutex_unlock(&lock);
+	return (struct conn_shared *)(k->base + (offset - page));
 }

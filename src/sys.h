@@ -160,6 +160,17 @@ static inline void sys_pid_forget(void)
 	sys_pid_cached = 0;
 }
 
+/*
+ * A vfork child (Python's subprocess, hand-written vfork + exec) runs in
+ * its parent's memory, with a pid of its own and no atfork handler: what it
+ * changes in our tables, it changes for the parent.  A system call, so
+ * asked only where a descriptor we know is involved.
+ */
+static inline int sys_in_vfork_child(void)
+{
+	return (pid_t)syscall(SYS_getpid) != sys_getpid();
+}
+
 /* futex on a word shared between processes (no FUTEX_PRIVATE_FLAG) */
 static inline int sys_futex_wait(_Atomic uint32_t *w, uint32_t val, const struct timespec *t)
 {

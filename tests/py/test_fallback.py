@@ -53,7 +53,7 @@ subprocess.run([sys.executable, "-c", child], pass_fds=(c.fileno(),), check=True
 
 def test_tcp_connection_survives_exec(reg, procs):
     """A connection left on TCP is the real socket: a program the server
-    executes gets it intact (only accelerated ones are reset on exec)."""
+    executes gets it intact (test_exec.py: accelerated ones are handed over)."""
     port = free_port()
     srv = procs.start([PY, "-c", EXEC_SERVER, str(port)], reg.env)
     wait_port(port, proc=srv)

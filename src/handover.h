@@ -1,0 +1,68 @@
+/*
+ * handover.h - what an exec does to the accelerated connections a program
+ * passes on (inetd, systemd Accept=yes, sshd's re-exec, a shell pipeline).
+ *
+ * A descriptor of an accelerated connection is one end of a socket pair;
+ * a program without smclo would read its doorbells as end-of-file and lose
+ * the stream without a word.  So every libc entry that starts a program
+ * (exec.c) asks here first:
+ *  - if the new program will load smclo (LD_PRELOAD names this library, the
+ *    executable is dynamic and not set-ID), the connection is handed over:
+ *    the descriptors of its state (the connection-state chunk, the region,
+ *    the hidden TCP socket) stay open across the exec and a record of each
+ *    connection, keyed by the doorbell socket's inode, travels in the
+ *    environment (SMCLO_HANDOVER); the new program takes them over at load
+ *    and goes on, accelerated, with no byte lost;
+ *  - otherwise every descriptor of it the new program would get is replaced
+ *    by a fresh, unconnected TCP socket (reads fail with ENOTCONN, writes
+ *    with EPIPE: a reset, never a silent end of file), and the reset is
+ *    counted (`exec-no-smclo`).
+ * The inode, not the descriptor number, names the connection: a vfork or
+ * posix_spawn child moves descriptors (dup2 onto 0 and 1) where this
+ * process's table cannot see.
+ */
+#ifndef SMCLO_HANDOVER_H
+#define SMCLO_HANDOVER_H
+
+#include <stddef.h>
+
+#define HANDOVER_MAX 64                 /* connections one exec hands over */
+#define HANDOVER_ENV "SMCLO_HANDOVER"
+
+/*
+ * What a handover changed, to take back if the exec fails.  Lives on the
+ * exec caller's stack: a vfork child must not allocate.
+ */
+struct handover_undo {
+	int cloexec_cleared[3 * HANDOVER_MAX];
+	int n_cleared;
+	struct conn_shared *counted[HANDOVER_MAX];   /* a holder more, for a vfork child */
+	int n_counted;
+};
+
+/* Room for the environment entry of HANDOVER_MAX records. */
+#define HANDOVER_ENV_MAX (sizeof(HANDOVER_ENV) + 1 + HANDOVER_MAX * 200)
+
+/*
+ * Will @path (an executable; NULL: not found) load this library when
+ * executed with @envp?
+ */
+int handover_target_loads_smclo(const char *path, char *const envp[]);
+
+/*
+ * In a process (or vfork child) about to exec with @envp: hand over or
+ * reset every accelerated connection among its inheritable descriptors.
+ * Writes the new environment into @out (room for @cap pointers; entries
+ * point into @envp and @buf) and returns it, or @envp itself when nothing
+ * is handed over.
+ */
+char *const *handover_exec(char *const envp[], int loads_smclo, char **out, size_t cap,
+                           char *buf, size_t buflen, struct handover_undo *undo);
+
+/* The exec failed: take back what the handover changed. */
+void handover_undo(struct handover_undo *undo);
+
+/* At load: take over the connections the previous program handed over. */
+void handover_adopt(void);
+
+#endif

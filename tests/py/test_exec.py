@@ -1,0 +1,74 @@
+"""A connection handed to a program the server starts with it on stdin and
+stdout (inetd, systemd Accept=yes, sshd's re-exec), through every libc
+entry that starts a program.
+
+glibc's execl, execle, execlp, execv, execvp, fexecve, posix_spawn and
+system reach the kernel through an internal execve that a preload library
+cannot see; each is interposed (exec.c, spawn.c).  When the new program
+loads smclo too (LD_PRELOAD is inherited) the connection is handed over
+(handover.c) and goes on accelerated, byte for byte: it used to end in a
+clean EOF after 0 bytes, or ECONNRESET.  When it cannot, the client sees a
+reset, never a silent end of file, and the reason is counted.
+"""
+import os
+import random
+import socket
+
+import pytest
+
+from conftest import PY, TESTBIN, free_port, wait_port
+
+PEER = os.path.join(os.path.dirname(__file__), "peer.py")
+SERVER = str(TESTBIN / "exec_server")
+
+WAYS = ["execl", "execle", "execlp", "execv", "execvp", "execve", "fexecve", "execveat",
+        "posix_spawn", "posix_spawnp", "system", "popen", "vfork"]
+
+
+@pytest.mark.parametrize("how", WAYS)
+def test_handed_over_and_accelerated(reg, procs, how):
+    port = free_port()
+    srv = procs.start([SERVER, str(port), how], reg.env)
+    wait_port(port, proc=srv)
+    r = reg.run([PY, PEER, "churn", "127.0.0.1", str(port), "20"], timeout=120)
+    assert r.returncode == 0 and r.stdout.split() == ["bad", "0"], r.stdout + r.stderr
+    st = reg.stats()
+    assert st["accelerated_client"] == 20, st
+    assert sum(st["fallback_by_reason"].values()) == 0, st
+
+
+# Connects, sends, and reports what the server's side did: echoed it all,
+# reset, or ended the stream early (a silent loss).
+CLIENT = r"""
+import os, socket, sys
+port = int(sys.argv[1])
+for _ in range(int(sys.argv[2])):
+    c = socket.create_connection(("127.0.0.1", port)); c.settimeout(10)
+    data = os.urandom(100000)
+    try:
+        c.sendall(data); c.shutdown(socket.SHUT_WR)
+        got = b""
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            got += d
+        print("match" if got == data else "short %d" % len(got))
+    except (ConnectionResetError, BrokenPipeError) as e:
+        print("reset")
+    c.close()
+"""
+
+
+def test_program_without_smclo_gets_a_reset(reg, procs):
+    """execle with an environment that drops LD_PRELOAD: cat cannot take
+    the connection over, so it gets a reset socket; the client hears a
+    reset, and `smclo stats` names the reason."""
+    port = free_port()
+    srv = procs.start([SERVER, str(port), "execle-bare"], reg.env)
+    wait_port(port, proc=srv)
+    r = reg.run([PY, "-c", CLIENT, str(port), "5"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["reset"] * 5, r.stdout
+    st = reg.stats()
+    assert st["fallback_by_reason"]["exec-no-smclo"] == 5, st
