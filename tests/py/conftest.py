@@ -246,6 +246,12 @@ def _describe(pid):
     return "\n".join(out)
 
 
+def _args(p):
+    """A Popen's command line on one line, cut short."""
+    args = p.args if isinstance(p.args, (str, bytes)) else " ".join(map(str, p.args))
+    return str(args).replace("\n", "\\n")[:200]
+
+
 class _Watchdog:
     def __init__(self):
         self.me = os.getpid()
@@ -306,17 +312,15 @@ class _Watchdog:
             if len(self.timeouts) >= 4:
                 self.dropped += 1
                 return
-        args = p.args if isinstance(p.args, str) else " ".join(map(str, p.args))
         text = "waiting %ss for pid %d (%s) timed out; the test's processes then:\n%s" % (
-            e.timeout, p.pid, args[:300], self.describe(self.ours()))
+            e.timeout, p.pid, _args(p), self.describe(self.ours()))
         with self.lock:
             self.timeouts.append(text)
 
     def stuck(self, p, why):
         """@p did not end when told to (it is still there: describe it now)."""
-        args = p.args if isinstance(p.args, str) else " ".join(map(str, p.args))
         self.stuck_msgs.append("pid %d (%s) %s; the test's processes then:\n%s" % (
-            p.pid, args[:300], why, self.describe(self.ours())))
+            p.pid, _args(p), why, self.describe(self.ours())))
 
     def call_failed(self, excinfo):
         """Text for the report of a failed test, or None."""

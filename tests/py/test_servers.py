@@ -283,8 +283,30 @@ def test_socketserver(reg, procs, kind):
 
 # ---- nginx as root, workers as nobody ----------------------------------------
 
+def nginx_workers(master):
+    """pid -> effective uid of each child of @master."""
+    workers = {}
+    for t in glob.glob("/proc/[0-9]*/status"):
+        try:
+            f = dict(l.split(":", 1) for l in open(t).read().splitlines() if ":" in l)
+        except OSError:
+            continue
+        if int(f["PPid"]) == master:
+            workers[int(t.split("/")[2])] = int(f["Uid"].split()[1])
+    return workers
+
+
+def nginx_healthy(srv, d, workers):
+    """The master and the same workers still there, none died on a signal."""
+    alive(srv, "nginx")
+    errors = (d / "error.log").read_text()
+    assert "exited on signal" not in errors, errors[-3000:]
+    assert nginx_workers(srv.pid) == workers, errors[-3000:]
+
+
 def start_nginx_as_root(env, procs, scratch):
-    """nginx from its package, started by root; returns (port, dir, blob)."""
+    """nginx from its package, started by root; returns (port, dir, blob,
+    master, workers)."""
     need("nginx")
     assert os.geteuid() == 0, "nginx's workers change user only when started by root"
     port = free_port()
@@ -300,22 +322,13 @@ def start_nginx_as_root(env, procs, scratch):
     wait_port(port, proc=srv)
     # the workers: children of the master, as nobody (no `user` directive)
     nobody = pwd.getpwnam("nobody").pw_uid
-    deadline, workers = time.time() + 10, {}
-    while time.time() < deadline:
-        workers = {}
-        for t in glob.glob("/proc/[0-9]*/status"):
-            try:
-                f = dict(l.split(":", 1) for l in open(t).read().splitlines() if ":" in l)
-            except OSError:
-                continue
-            if int(f["PPid"]) == srv.pid:
-                workers[int(t.split("/")[2])] = int(f["Uid"].split()[1])
-        if workers and all(u == nobody for u in workers.values()):
-            break
+    deadline = time.time() + 10
+    while not ((workers := nginx_workers(srv.pid)) and
+               all(u == nobody for u in workers.values())) and time.time() < deadline:
         time.sleep(0.05)
     assert workers and all(u == nobody for u in workers.values()), \
         "nginx workers (pid: euid) %s, expected euid %d" % (workers, nobody)
-    return port, d, blob, srv
+    return port, d, blob, srv, workers
 
 
 def fetch_all(reg, port, d, blob):
@@ -352,9 +365,9 @@ def test_nginx_root_private_registry(reg, procs, scratch):
     nothing accelerated, every connection on TCP under a named reason; and
     no client waits out its handshake bound (`timeout`: each such connection
     starts SMCLO_HANDSHAKE_MS late)."""
-    port, d, blob, srv = start_nginx_as_root(reg.env, procs, scratch)
+    port, d, blob, srv, workers = start_nginx_as_root(reg.env, procs, scratch)
     n = fetch_all(reg, port, d, blob)
-    alive(srv, "nginx")
+    nginx_healthy(srv, d, workers)
     st = reg.wait_stats(lambda s: s["fallback"] >= n)
     assert st["accelerated"] == 0, st
     # each client end counts its connection once, under a reason
@@ -372,9 +385,9 @@ def test_nginx_root_shared_registry_accelerated(reg, procs, scratch):
     shared = Registry(scratch("smclo-reg-", 0o1777))
     nobody = pwd.getpwnam("nobody").pw_uid
     shared.env["SMCLO_ALLOW_UIDS"] = "0,%d" % nobody
-    port, d, blob, srv = start_nginx_as_root(shared.env, procs, scratch)
+    port, d, blob, srv, workers = start_nginx_as_root(shared.env, procs, scratch)
     n = fetch_all(shared, port, d, blob)
-    alive(srv, "nginx")
+    nginx_healthy(srv, d, workers)
     assert_accelerated(shared, n)
 
 
@@ -440,6 +453,9 @@ def test_postgresql_pgbench(procs, scratch):
         m = re.search(r"number of failed transactions: (\d+)", r.stdout)
         assert m and int(m.group(1)) == 0, r.stdout + r.stderr
         alive(srv, "postgres")
+        # no backend died (the postmaster would restart the others and go on)
+        assert not re.search(r"terminated by signal|exited with exit code|PANIC",
+                             log.read_text()), log.read_text()[-3000:]
     except BaseException as e:
         e.add_note("postgres log:\n" + log.read_text()[-3000:])
         raise
