@@ -335,7 +335,7 @@ def fetch_all(reg, port, d, blob):
     """48 GETs from Python, 2 from curl (one a Range): all byte exact."""
     need("curl")
     r = reg.run([PY, "-c", HTTP_CLIENT, str(port), str(NGINX_REQUESTS), "/blob.bin",
-                 str(d / "www" / "blob.bin")], timeout=45)
+                 str(d / "www" / "blob.bin")], timeout=40)
     assert r.returncode == 0, r.stdout + r.stderr
     verdicts = json.loads(r.stdout)
     bad = {i: v for i, v in enumerate(verdicts) if v != "ok"}
