@@ -29,7 +29,10 @@ static void publish_close(struct conn *c, int abort)
 {
 	struct conn_shared *sh = c->sh;
 	uint64_t prod;
-	uint32_t flags = RING_F_CLOSED | (abort ? RING_F_ABORT : 0);
+	uint32_t flags = RING_F_CLOSED;
+
+	if (abort || (atomic_load(&sh->flags) & SH_ABORT_AT_CLOSE))
+		flags |= RING_F_ABORT;
 
 	sh_lock(&sh->rx_lock);
 	if (rx_peer_prod(c, &prod) < 0 || prod != sh->cons)

@@ -32,6 +32,8 @@
 #define SH_BROKEN    4u     /* the peer broke the protocol: reset */
 #define SH_PEER_GONE 8u     /* the doorbell socket hung up: the peer is gone */
 #define SH_PEER_SHUT 16u    /* the peer shut down its sending side (half-close) */
+#define SH_ABORT_AT_CLOSE 32u /* passed to a program that could not take it (passfd.c):
+                                 the peer hears a reset when it ends, not an EOF */
 
 struct conn_shared {
 	pthread_mutex_t tx_lock;        /* robust, process-shared */

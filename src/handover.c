@@ -262,6 +262,35 @@ static void put_ep(struct out *o, const struct ep *e)
 	put_u64(o, e->port);
 }
 
+static void put_record(struct out *o, const struct conn *c, int sh_fd, uint32_t off, int rfd,
+                       int tcp_fd)
+{
+	put_u64(o, c->bell_ino);                        put_str(o, ",");
+	put_int(o, sh_fd);                              put_str(o, ",");
+	put_u64(o, off);                                put_str(o, ",");
+	put_int(o, rfd);                                put_str(o, ",");
+	put_u64(o, region_mine(c->region) ? c->tx_size : c->rx_size);     put_str(o, ",");
+	put_u64(o, region_mine(c->region) ? c->rx_size : c->tx_size);     put_str(o, ",");
+	put_u64(o, (unsigned)region_mine(c->region));   put_str(o, ",");
+	put_u64(o, (unsigned)c->direct);                put_str(o, ",");
+	put_int(o, tcp_fd);                             put_str(o, ",");
+	put_int(o, c->domain);                          put_str(o, ",");
+	put_ep(o, &c->local);                           put_str(o, ",");
+	put_ep(o, &c->peer);
+}
+
+int handover_format(char *buf, size_t len, const struct conn *c, int sh_fd, unsigned off,
+                    int region_fd, int tcp_fd)
+{
+	struct out o = { buf, buf + len - 1 };
+
+	put_record(&o, c, sh_fd, off, region_fd, tcp_fd);
+	if (o.p == o.end)
+		return -1;
+	*o.p = '\0';
+	return (int)(o.p - buf);
+}
+
 /* Append the record of @c; 0 if written. */
 static int record(struct exec_scan *x, struct conn *c)
 {
@@ -280,18 +309,7 @@ static int record(struct exec_scan *x, struct conn *c)
 		return -1;
 	if (x->n)
 		put_str(&o, ";");
-	put_u64(&o, c->bell_ino);                       put_str(&o, ",");
-	put_int(&o, sh_fd);                             put_str(&o, ",");
-	put_u64(&o, off);                               put_str(&o, ",");
-	put_int(&o, rfd);                               put_str(&o, ",");
-	put_u64(&o, region_mine(c->region) ? c->tx_size : c->rx_size);    put_str(&o, ",");
-	put_u64(&o, region_mine(c->region) ? c->rx_size : c->tx_size);    put_str(&o, ",");
-	put_u64(&o, (unsigned)region_mine(c->region));  put_str(&o, ",");
-	put_u64(&o, (unsigned)c->direct);               put_str(&o, ",");
-	put_int(&o, keep_across(x, c->tcp_fd));         put_str(&o, ",");
-	put_int(&o, c->domain);                         put_str(&o, ",");
-	put_ep(&o, &c->local);                          put_str(&o, ",");
-	put_ep(&o, &c->peer);
+	put_record(&o, c, sh_fd, off, rfd, keep_across(x, c->tcp_fd));
 	x->rec = o;
 	return 0;
 }
@@ -491,6 +509,8 @@ static struct conn *conn_from_record(const struct record *r, struct conn_shared 
 	if (r->tcp_fd >= 0 && sys_getsockopt(r->tcp_fd, SOL_SOCKET, SO_TYPE, &type, &l) == 0 &&
 	    type == SOCK_STREAM)
 		c->tcp_fd = fd_hide(r->tcp_fd);
+	else
+		c->direct = 1;  /* no TCP socket came along: answer as a direct one does */
 	c->slot = stats_slot_alloc(stats_table(registry_fd, NULL, 0), -1, r->mine ? ROLE_CLIENT : ROLE_SERVER);
 	if (c->slot) {
 		c->slot->local = r->local;
@@ -502,7 +522,8 @@ static struct conn *conn_from_record(const struct record *r, struct conn_shared 
 	return c;
 }
 
-static void adopt_one(struct record *r)
+/* Take over the connection of @r; 0 if it is ours now. */
+static int adopt_one(struct record *r)
 {
 	struct adopt a = { .r = r };
 	struct conn_shared *sh = NULL;
@@ -516,12 +537,12 @@ static void adopt_one(struct record *r)
 		a.c = conn_from_record(r, sh, region);
 	for_each_open_fd(adopt_fd, &a);
 	if (a.c) {
-		DBG("exec: took over a connection on %d descriptor(s)", a.found);
+		DBG("took over a connection on %d descriptor(s)", a.found);
 		a.c->reusable = 0;
 		if (!a.found)
 			atomic_fetch_sub(&sh->holders, 1);      /* it did not reach us */
 		conn_put(a.c);  /* the descriptors hold it now, or nobody does */
-		return;
+		return a.found ? 0 : -1;
 	}
 	/* could not take it over: we do not hold it any more */
 	if (sh)
@@ -530,6 +551,43 @@ static void adopt_one(struct record *r)
 		region_put(region, 0);
 	if (sh)
 		conn_shared_put(sh, 0);
+	return -1;
+}
+
+/* @fd of process @from, opened anew here (its /proc entry); -1 if not. */
+static int open_theirs(pid_t from, int fd)
+{
+	char path[64];
+	struct out o = { path, path + sizeof(path) - 1 };
+
+	if (fd < 0)
+		return -1;
+	put_str(&o, "/proc/");
+	put_u64(&o, (unsigned long long)from);
+	put_str(&o, "/fd/");
+	put_u64(&o, (unsigned long long)fd);
+	*o.p = '\0';
+	return (int)syscall(SYS_openat, AT_FDCWD, path, O_RDWR | O_CLOEXEC);
+}
+
+int handover_take(const char *text, int from)
+{
+	struct record r;
+	const char *s = text;
+	int rc;
+
+	if (parse_record(&s, &r) < 0)
+		return -1;
+	/* sockets cannot be opened through /proc: the TCP socket stays behind */
+	r.sh_fd = open_theirs(from, r.sh_fd);
+	r.region_fd = open_theirs(from, r.region_fd);
+	r.tcp_fd = -1;
+	rc = adopt_one(&r);
+	if (r.sh_fd >= 0)
+		sys_close(r.sh_fd);
+	if (r.region_fd >= 0)
+		sys_close(r.region_fd);
+	return rc;
 }
 
 void handover_adopt(void)

@@ -65,4 +65,18 @@ void handover_undo(struct handover_undo *undo);
 /* At load: take over the connections the previous program handed over. */
 void handover_adopt(void);
 
+struct conn;
+/*
+ * The record of @c naming the given descriptors (passfd.c writes one for a
+ * descriptor passed with SCM_RIGHTS); its length, or -1 if @len is short.
+ */
+int handover_format(char *buf, size_t len, const struct conn *c, int sh_fd,
+                    unsigned off, int region_fd, int tcp_fd);
+/*
+ * Take over the connection of one record whose descriptors are those of
+ * process @from (opened through /proc/@from/fd), on every descriptor of
+ * this process with its doorbell socket.  0 if taken over.
+ */
+int handover_take(const char *record, int from);
+
 #endif

@@ -21,6 +21,7 @@
 #include "io.h"
 #include "log.h"
 #include "pairs.h"
+#include "passfd.h"
 #include "pollwait.h"
 #include "registry.h"
 #include "sockopt.h"
@@ -512,8 +513,12 @@ EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 	struct conn *c = shm_conn(fd);
 	ssize_t r;
 
-	if (!c)
-		return real_recvmsg(fd, m, flags);
+	if (!c) {
+		r = real_recvmsg(fd, m, flags);
+		if (r >= 0 && smclo_active && m->msg_controllen)
+			passfd_received(m);     /* a connection passed to us? */
+		return r;
+	}
 	r = recv_iov(c, fd, m->msg_iov, (int)m->msg_iovlen, flags);
 	if (r >= 0) {
 		m->msg_namelen = 0;
@@ -611,8 +616,11 @@ EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 
 	if (sent >= 0)
 		return sent;
-	return c ? send_iov(c, fd, m->msg_iov, (int)m->msg_iovlen, flags) :
-	           real_sendmsg(fd, m, flags);
+	if (c)
+		return send_iov(c, fd, m->msg_iov, (int)m->msg_iovlen, flags);
+	if (smclo_active && m->msg_controllen && conn_count() > 0)
+		return passfd_sendmsg(fd, m, flags, real_sendmsg);
+	return real_sendmsg(fd, m, flags);
 }
 
 EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t count)

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *const subdirs[] = { "l", "p", "c", "i", "t" };
+static const char *const subdirs[] = { "l", "p", "c", "i", "t", "h" };
 
 /* Files take the directory's permissions: private dirs get private files. */
 static mode_t file_mode = 0600;
@@ -725,7 +725,8 @@ static int lock_dead(int dirfd, const char *sub, const char *name)
 	return registry_is_locked(dirfd, sub, name) == 0;
 }
 
-static int rendezvous_stale(int dirfd, const char *sub, const char *name)
+/* Rendezvous sockets and parcels (passfd.c) live for a handshake at most. */
+static int minute_old(int dirfd, const char *sub, const char *name)
 {
 	char path[REGISTRY_PATH_MAX];
 	struct stat st;
@@ -747,6 +748,7 @@ static int inbox_dead(int dirfd, const char *sub, const char *name)
 void registry_gc(int dirfd)
 {
 	gc_dir(dirfd, "l", lock_dead);
-	gc_dir(dirfd, "p", rendezvous_stale);
+	gc_dir(dirfd, "p", minute_old);
+	gc_dir(dirfd, "h", minute_old);
 	gc_dir(dirfd, "i", inbox_dead);
 }

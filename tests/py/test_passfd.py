@@ -1,0 +1,114 @@
+"""An accepted connection passed to another process with SCM_RIGHTS (a
+dispatcher handing connections to workers).
+
+The receiver's smclo takes the connection over from a parcel the sender
+leaves in the registry (passfd.c) and goes on accelerated, byte for byte,
+whether the sender closes its copy at once or keeps it.  A receiver without
+smclo gets a reset socket instead of a doorbell socket it would misread as
+end of file (it used to get EPIPE, ECONNRESET or a silent EOF).
+"""
+import os
+import subprocess
+
+import pytest
+
+from conftest import PY, SMCLO, free_port, wait_port
+
+# The dispatcher accepts and passes each connection over a unix socket to
+# the worker (a forked child, or a program of its own started with or
+# without smclo); the worker forks an echo per connection.  With "keep" the
+# dispatcher holds its copy for the rest of its life, so the echo cannot
+# end on EOF: each round is a fixed size, read back exactly.
+DISPATCHER = r"""
+import os, socket, sys, subprocess
+port, keep, worker = int(sys.argv[1]), sys.argv[2] == "keep", sys.argv[3]
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+if worker == "forked":
+    if os.fork() == 0:
+        a.close()
+        os.dup2(b.fileno(), 0)
+        os.execv(sys.executable, [sys.executable, "-c", sys.argv[4]])
+else:
+    env = dict(os.environ)
+    if worker == "plain":
+        env.pop("LD_PRELOAD", None)
+    subprocess.Popen([sys.executable, "-c", sys.argv[4]], stdin=b, env=env)
+b.close()
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", port)); l.listen(64)
+print("ready", flush=True)
+held = []
+while True:
+    c, _ = l.accept()
+    socket.send_fds(a, [b"c"], [c.fileno()])
+    if keep:
+        held.append(c)
+    else:
+        c.close()
+"""
+
+WORKER = r"""
+import os, signal, socket, sys
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+u = socket.socket(fileno=0)
+while True:
+    msg, fds, _, _ = socket.recv_fds(u, 10, 1)
+    if not fds:
+        os._exit(0)
+    c = socket.socket(fileno=fds[0])
+    if os.fork() == 0:
+        try:
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    break
+                c.sendall(d)
+        except OSError:
+            pass
+        os._exit(0)
+    c.close()
+"""
+
+CLIENT = r"""
+import os, socket, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+for i in range(n):
+    c = socket.create_connection(("127.0.0.1", port)); c.settimeout(10)
+    data = os.urandom([1, 100, 4096, 70000, 300000][i % 5])
+    try:
+        c.sendall(data)
+        got = b""
+        while len(got) < len(data):
+            d = c.recv(len(data) - len(got))
+            if not d:
+                break
+            got += d
+        print("match" if got == data else "short")
+    except OSError as e:
+        print("reset" if isinstance(e, (ConnectionResetError, BrokenPipeError)) else repr(e))
+    c.close()
+"""
+
+
+@pytest.mark.parametrize("worker", ["forked", "spawned"])
+@pytest.mark.parametrize("copy", ["close", "keep"])
+def test_passed_connection_goes_on_accelerated(reg, procs, worker, copy):
+    port = free_port()
+    srv = procs.start([PY, "-c", DISPATCHER, str(port), copy, worker, WORKER], reg.env)
+    wait_port(port, proc=srv)
+    r = reg.run([PY, "-c", CLIENT, str(port), "20"], timeout=120)
+    assert r.returncode == 0 and r.stdout.split() == ["match"] * 20, r.stdout + r.stderr
+    st = reg.stats()
+    assert st["accelerated_client"] == 20, st
+    assert sum(st["fallback_by_reason"].values()) == 0, st
+
+
+def test_receiver_without_smclo_gets_a_reset(reg, procs):
+    port = free_port()
+    srv = procs.start([PY, "-c", DISPATCHER, str(port), "close", "plain", WORKER], reg.env)
+    wait_port(port, proc=srv)
+    r = reg.run([PY, "-c", CLIENT, str(port), "5"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["reset"] * 5, r.stdout
+    st = reg.stats()
+    assert st["fallback_by_reason"]["exec-no-smclo"] == 5, st
