@@ -363,6 +363,7 @@ static int client_precheck(struct client *cl)
 	case LM_NONE:      return R_PEER_NO_SMCLO;
 	case LM_ELSEWHERE: return R_NOT_THIS_HOST;
 	case LM_DEFER:     return R_DEFER_ACCEPT;
+	case LM_UNREACHABLE: return R_NO_REGISTRY;
 	case LM_OTHER_NETNS:
 		if (!cfg.cross_netns)
 			return R_CROSS_NETNS_OFF;
@@ -1493,6 +1494,41 @@ int hs_listen_bound(int fd)
 }
 
 /* An entry for listener @fd naming @offer; returns its (hidden) lock, or -1. */
+/*
+ * This process is about to become a user who cannot use the registry (a
+ * daemon dropping root after listen(), as nginx's workers do): while it
+ * still can, every listener entry of its own says so, and clients use TCP
+ * at once (no-registry) instead of waiting out their handshake timeout at
+ * a rendezvous nobody here can see.
+ */
+static int registry_unreachable;
+
+static void listener_mark_unreachable(int fd)
+{
+	struct listener_offer none = { 0 };
+	int lock, old;
+
+	if (fd_flags(fd) & FDF_DIRECT)
+		listener_leave_direct(fd);
+	hs_listener_no_direct(fd);
+	if ((lock = listener_register(fd, &none)) < 0)
+		return;
+	old = fd_take_listen_lock(fd);
+	fd_set_listen_lock(fd, lock);
+	if (old >= 0)
+		registry_lock_remove(registry_fd, "l", old);
+}
+
+void hs_user_changing(uid_t euid)
+{
+	if (registry_fd < 0 || registry_unreachable || euid == (uid_t)-1 ||
+	    euid == geteuid() || registry_usable_by(euid))
+		return;
+	registry_unreachable = 1;
+	fd_for_each_listener(listener_mark_unreachable);
+	DBG("effective uid %u cannot use the registry: listeners marked for TCP", (unsigned)euid);
+}
+
 static int listener_register(int fd, const struct listener_offer *offer)
 {
 	struct ep e;
@@ -1508,6 +1544,8 @@ static int listener_register(int fd, const struct listener_offer *offer)
 	l = sizeof(v);
 	if (sys_getsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &v, &l) == 0 && v)
 		flags |= LISTEN_F_DEFER;
+	if (registry_unreachable)
+		flags |= LISTEN_F_UNREACHABLE;
 	lock = registry_listener_add(registry_fd, &e, netns_cookie(fd), flags, offer);
 	if (lock >= 0)
 		DBG("listen fd %d: registered port %u, inbox %llx", fd, e.port,

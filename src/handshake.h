@@ -48,6 +48,8 @@ void hs_resolve(int fd, struct conn *c, size_t reading);
 void hs_resolve_fd(int fd);
 /* Decide every pending connection of this process (before fork and exec). */
 void hs_resolve_all(void);
+/* The process is about to take effective uid @euid (setuid and friends). */
+void hs_user_changing(uid_t euid);
 /* In a fork child: the inherited listeners are now shared (see handshake.c). */
 void hs_after_fork(void);
 

@@ -183,6 +183,46 @@ static void after_fork_child(void)
 	hs_after_fork();
 }
 
+/*
+ * A change of user after listen() (nginx's workers, most daemons): the
+ * listeners say so in the registry while the process still may write it.
+ */
+EXPORT int setuid(uid_t uid)
+{
+	REAL(setuid);
+
+	if (smclo_active)
+		hs_user_changing(uid);
+	return real_setuid(uid);
+}
+
+EXPORT int seteuid(uid_t euid)
+{
+	REAL(seteuid);
+
+	if (smclo_active)
+		hs_user_changing(euid);
+	return real_seteuid(euid);
+}
+
+EXPORT int setreuid(uid_t ruid, uid_t euid)
+{
+	REAL(setreuid);
+
+	if (smclo_active)
+		hs_user_changing(euid);
+	return real_setreuid(ruid, euid);
+}
+
+EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
+{
+	REAL(setresuid);
+
+	if (smclo_active)
+		hs_user_changing(euid);
+	return real_setresuid(ruid, euid, suid);
+}
+
 EXPORT pid_t fork(void)
 {
 	REAL(fork);

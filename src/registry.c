@@ -27,6 +27,7 @@ static const char *const subdirs[] = { "l", "p", "c", "i", "t", "h" };
 /* Files take the directory's permissions: private dirs get private files. */
 static mode_t file_mode = 0600;
 static uid_t dir_owner;
+static mode_t dir_mode;
 
 static int listeners_added(int dirfd, uint64_t *n);
 static void listeners_count(int dirfd);
@@ -35,6 +36,13 @@ static void port_note_unlistened(uint16_t port, uint64_t added);
 int registry_is_shared(void)
 {
 	return (file_mode & 022) != 0;
+}
+
+int registry_usable_by(uid_t uid)
+{
+	mode_t need = uid == dir_owner ? 0300 : 0003;
+
+	return uid == 0 || (dir_mode & need) == need;
 }
 
 int registry_open_mappable(int dirfd, const char *path, uid_t owner)
@@ -105,6 +113,7 @@ int registry_open(const char *dir, int is_default, char *err, size_t errlen)
 	}
 	file_mode = st.st_mode & 0666;
 	dir_owner = st.st_uid;
+	dir_mode = st.st_mode & 07777;
 	for (size_t i = 0; i < sizeof(subdirs) / sizeof(subdirs[0]); i++) {
 		/* a shared directory passes its permissions on to what we create */
 		if (mkdirat(dfd, subdirs[i], 0700) == 0)
@@ -300,6 +309,8 @@ static int match_listener(int dirfd, const char *sub, const char *name, void *ar
 		m = LM_ELSEWHERE;   /* loopback never leaves our namespace */
 	else
 		m = (l.flags & LISTEN_F_DEFER) ? LM_DEFER : LM_OTHER_NETNS;
+	if (m >= LM_DEFER && (l.flags & LISTEN_F_UNREACHABLE))
+		m = LM_UNREACHABLE;
 	if (m < f->info->m || (m == f->info->m && m != LM_SAME_NETNS))
 		return 0;
 	if (m >= LM_DEFER && !entry_alive(dirfd, sub, name))

@@ -29,6 +29,8 @@
 
 #define LISTEN_F_V6ONLY 1u
 #define LISTEN_F_DEFER  2u
+#define LISTEN_F_UNREACHABLE 4u /* whoever accepts here changed to a user who cannot
+                                   use the registry: clients stay on TCP at once */
 
 /* "<sub>/<name>", an entry's path relative to the registry directory. */
 #define REGISTRY_PATH_MAX 300
@@ -62,6 +64,13 @@ int registry_open_mappable(int dirfd, const char *path, uid_t owner);
  */
 void *registry_map_backed(int fd, size_t len);
 
+/*
+ * Could a process whose effective uid is @uid still create entries and
+ * reach sockets in the registry (the directory's owner and mode)?  Group
+ * permissions are not counted: a no costs only a TCP connection.
+ */
+int registry_usable_by(uid_t uid);
+
 /* Lock files: create @name under @sub and hold an OFD lock; returns fd. */
 int registry_lock_create(int dirfd, const char *sub, const char *name);
 /* Remove the entry under @sub whose lock we hold as @lock, and close that. */
@@ -90,6 +99,7 @@ enum listener_match {
 	LM_DEFER,         /* it does, with TCP_DEFER_ACCEPT */
 	LM_SAME_NETNS,
 	LM_OTHER_NETNS,
+	LM_UNREACHABLE,   /* an acceptor there cannot use the registry (LISTEN_F_UNREACHABLE) */
 };
 struct listener_info {
 	enum listener_match m;
