@@ -12,6 +12,7 @@
  *
  * Input: [up size, 4][down size, 4][length mode][extra length, 4][seals]
  *        [up header fields][down header fields]
+ *        [up, down header fields for the next connection]
  *
  * Asserts, besides ASan/UBSan:
  *  - a region is mapped only if both sizes are valid ring sizes, the file
@@ -20,7 +21,10 @@
  *  - then shrinking the file fails, the owner is our uid, both rings lie
  *    inside the mapping one after the other, and reading what each
  *    producer cursor claims - after ring_prod_valid() against a fresh
- *    consumer - stays inside its data area.
+ *    consumer - stays inside its data area;
+ *  - the same holds when the mapping is kept for the client's next
+ *    connection (region_put reusable) and taken again after the client
+ *    rewrote both headers (second set of header fields).
  */
 #include "fuzz.h"
 
@@ -93,7 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t lenmode = take_u8(&in);
 	uint32_t extra = take_u32(&in);
 	uint8_t seals = take_u8(&in);
-	struct hdr_fields hu, hd;
+	struct hdr_fields hu, hd, hu2, hd2;
 	size_t exact = (size_t)RING_HDR_SIZE * 2 + up + down, len;
 	int need = F_SEAL_SHRINK | F_SEAL_GROW, sealed = 0;
 	struct region *r;
@@ -102,6 +106,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	take_hdr(&in, &hu);
 	take_hdr(&in, &hd);
+	take_hdr(&in, &hu2);
+	take_hdr(&in, &hd2);
 	/* sizes the fuzzer reaches easily: a small power of two (valid or not) */
 	if (lenmode & 0x80) {
 		up = 1u << (up % 26);
@@ -146,6 +152,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK((const uint8_t *)region_down(r) == lo + ring_region_len(up));
 		read_claim(region_up(r), up, lo, hi);
 		read_claim(region_down(r), down, lo, hi);
+		if (seals & 0x10) {
+			/* kept for the next connection, whose headers the client rewrote */
+			struct region *again;
+
+			region_put(r, 1);
+			put_hdr(fd, 0, len, &hu2);
+			put_hdr(fd, ring_region_len(up), len, &hd2);
+			again = region_map(fd, up, down, &owner);
+			if (!again) {
+				FUZZ_CHECK(!(hdr_ok(&hu2, up) && hdr_ok(&hd2, down)));
+				close(fd);
+				return 0;
+			}
+			FUZZ_CHECK(again == r);         /* the mapping we kept */
+			FUZZ_CHECK(hdr_ok(&hu2, up) && hdr_ok(&hd2, down));
+			read_claim(region_up(r), up, lo, hi);
+			read_claim(region_down(r), down, lo, hi);
+		}
 		region_put(r, 0);
 	} else if (ring_size_valid(up) && ring_size_valid(down) && len == exact &&
 	           (sealed & (need | F_SEAL_SEAL)) == (need | F_SEAL_SEAL) &&

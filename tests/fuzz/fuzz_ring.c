@@ -12,7 +12,8 @@
  * send a byte where only doorbells belong, shut down or close its end of
  * the doorbell socket, drain our doorbells) or ours (rx_recv with
  * MSG_PEEK / MSG_WAITALL over 1-3 iovecs, tx_send, tx_sendfile from a file,
- * rx_available, rx_settle_bells).  Everything is non-blocking, as for an
+ * tx_send_pending under an offer word the input sets, rx_available,
+ * rx_settle_bells, shutdown for reading).  Everything is non-blocking, as for an
  * O_NONBLOCK descriptor.  Each ring is allocated on its own, header and
  * data area exactly, so ASan reports any access past a data area.
  *
@@ -26,7 +27,9 @@
  *    pattern), and moves our consumer cursor by what it returned (not at
  *    all for MSG_PEEK); errors are EAGAIN or ECONNRESET;
  *  - a write or sendfile returns at most what was asked, puts exactly
- *    those bytes at our producer cursor and publishes it;
+ *    those bytes at our producer cursor and publishes it; a write while
+ *    the handshake is pending takes all or nothing, only while the offer
+ *    word is open and within PENDING_MAX;
  *  - our cursors never leave the ring: a validated peer producer is at
  *    most one ring ahead of what we consumed, our producer at most one
  *    ring ahead of the peer consumer we validated; rx_available() is at
@@ -45,9 +48,11 @@
  */
 #include "fuzz.h"
 
+#include "inbox.h"
 #include "io.h"
 #include "sockopt.h"
 #include "spin.h"
+#include "sys.h"
 #include "watch.h"
 
 #include <errno.h>
@@ -162,7 +167,8 @@ static void step_read(struct world *w, struct in *in)
 {
 	size_t total = take_u16(in) % (2 * w->c.rx_size + 1);
 	uint8_t how = take_u8(in);
-	int flags = MSG_DONTWAIT | (how & 1 ? MSG_PEEK : 0) | (how & 2 ? MSG_WAITALL : 0);
+	int flags = MSG_DONTWAIT | (how & 1 ? MSG_PEEK : 0) | (how & 2 ? MSG_WAITALL : 0) |
+	            (how == 0xff ? MSG_OOB : 0);
 	uint8_t *buf = malloc(total ? total : 1);
 	struct iovec iov[3];
 	int n = make_iov(in, buf, total, iov);
@@ -177,7 +183,7 @@ static void step_read(struct world *w, struct in *in)
 			FUZZ_CHECK(buf[i] == peer_byte((start + (uint64_t)i) & (w->c.rx_size - 1)));
 		FUZZ_CHECK(w->sh.cons == start + (how & 1 ? 0 : (uint64_t)r));
 	} else if (r < 0) {
-		FUZZ_CHECK(errno == EAGAIN || errno == ECONNRESET);
+		FUZZ_CHECK(errno == EAGAIN || errno == ECONNRESET || (flags & MSG_OOB));
 		FUZZ_CHECK(w->sh.cons == start);
 	} else {
 		FUZZ_CHECK(w->sh.cons == start);
@@ -198,6 +204,7 @@ static void step_write(struct world *w, struct in *in)
 {
 	size_t total = take_u16(in) % (2 * w->c.tx_size + 1);
 	uint8_t seed = take_u8(in);
+	int oob = seed == 0xff ? MSG_OOB : 0;
 	uint8_t *buf = malloc(total ? total : 1);
 	struct iovec iov[3];
 	int n = make_iov(in, buf, total, iov);
@@ -207,7 +214,7 @@ static void step_write(struct world *w, struct in *in)
 	for (size_t i = 0; i < total; i++)
 		buf[i] = (uint8_t)(i * 17 + seed);
 	errno = 0;
-	r = tx_send(&w->c, w->fd, iov, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	r = tx_send(&w->c, w->fd, iov, n, MSG_DONTWAIT | MSG_NOSIGNAL | oob);
 	if (r > 0) {
 		FUZZ_CHECK((size_t)r <= total);
 		FUZZ_CHECK(w->sh.prod == start + (uint64_t)r);
@@ -215,7 +222,45 @@ static void step_write(struct world *w, struct in *in)
 	} else {
 		FUZZ_CHECK(w->sh.prod == start);
 		if (r < 0)
-			FUZZ_CHECK(errno == EAGAIN || errno == ECONNRESET || errno == EPIPE);
+			FUZZ_CHECK(errno == EAGAIN || errno == ECONNRESET || errno == EPIPE || oob);
+	}
+	free(buf);
+}
+
+/*
+ * A write while the handshake is pending (tx_send_pending, handshake.c):
+ * the offer word is the server's to set, so it is the input's.  A pending
+ * connection is a new one: nothing of ours consumed yet, cursors from 0.
+ */
+static void step_pending(struct world *w, struct in *in)
+{
+	size_t total = take_u16(in) % (PENDING_MAX + 2);
+	uint32_t offer = take_u8(in) % 8;
+	uint8_t *buf = malloc(total ? total : 1);
+	struct iovec iov[3];
+	int n = make_iov(in, buf, total, iov);
+	uint64_t start = w->sh.prod;
+	ssize_t r;
+
+	if (w->sh.peer_cons_seen != 0 || w->sh.prod > PENDING_MAX) {
+		free(buf);
+		return;
+	}
+	for (size_t i = 0; i < total; i++)
+		buf[i] = (uint8_t)(i * 5 + 1);
+	atomic_store(&w->tx->offer, offer);
+	atomic_store(&w->c.pending, PENDING_OPEN);
+	w->c.pending_until_ms = mono_now_ms() + 60000;
+	w->c.bell_fd = w->fd;
+	r = tx_send_pending(&w->c, iov, n);
+	atomic_store(&w->c.pending, PENDING_NONE);
+	w->c.bell_fd = -1;
+	if (r >= 0) {
+		FUZZ_CHECK((size_t)r == total && offer <= OFFER_OPEN_SLEEP);
+		FUZZ_CHECK(w->sh.prod == start + total && start + total <= PENDING_MAX);
+		check_written(w, start, buf, total);
+	} else {
+		FUZZ_CHECK(r == -1 && w->sh.prod == start);
 	}
 	free(buf);
 }
@@ -277,7 +322,7 @@ static void step_peer(struct world *w, struct in *in, int op)
 		} else
 			atomic_store(&rx->bell_seq, w->sh.bells_drained + (k >> 1) % 40);
 		atomic_store(&rx->bell_val[take_u8(in) % BELL_LOG], take_u64(in));
-		atomic_store(&rx->bells_drained, w->sh.bell_seq - take_u8(in) % 8);
+		atomic_store(&rx->bells_drained, w->sh.bell_seq - take_u8(in));
 		break;
 	}
 	case 7: {       /* the promises of the peer's waits */
@@ -384,7 +429,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	w->peer = sp[1];
 
 	for (int steps = 0; steps < 64 && in.n > 0; steps++) {
-		int op = take_u8(&in) % (PEER_OPS + 5);
+		int op = take_u8(&in) % (PEER_OPS + 7);
 
 		if (op < PEER_OPS)
 			step_peer(w, &in, op);
@@ -396,8 +441,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			step_sendfile(w, &in);
 		else if (op == PEER_OPS + 3)
 			FUZZ_CHECK(rx_available(&w->c) <= rx_size);
-		else
+		else if (op == PEER_OPS + 4)
 			rx_settle_bells(&w->c, w->fd);
+		else if (op == PEER_OPS + 5)
+			step_pending(w, &in);
+		else            /* shutdown(SHUT_RD) as close.c does it: reads end */
+			atomic_fetch_or(&sh->flags, SH_SHUT_RD);
 		invariants(w);
 	}
 	close(w->fd);

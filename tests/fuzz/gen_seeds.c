@@ -284,7 +284,8 @@ static void region_hdr(struct buf *b, uint32_t size, uint64_t prod)
 	put32(b, 0);
 }
 
-/* fuzz_region: [up][down][length mode][extra length][seals][up header][down header] */
+/* fuzz_region: [up][down][length mode][extra length][seals][up header][down header]
+ * [next connection's up header][down header] */
 static void seeds_region(void)
 {
 	struct buf b;
@@ -298,6 +299,18 @@ static void seeds_region(void)
 	region_hdr(&b, 16u << 10, 100);
 	region_hdr(&b, 32u << 10, 32u << 10);
 	save("fuzz_region", "sealed", &b);
+
+	b.n = 0;
+	put32(&b, 32u << 10);
+	put32(&b, 16u << 10);
+	put8(&b, 0);
+	put32(&b, 0);
+	put8(&b, 0x17);                 /* sealed, and kept for a next connection */
+	region_hdr(&b, 32u << 10, 5000);
+	region_hdr(&b, 16u << 10, 0);
+	region_hdr(&b, 32u << 10, 1u << 15);
+	region_hdr(&b, 16u << 10, 77);
+	save("fuzz_region", "kept", &b);
 
 	b.n = 0;
 	put32(&b, 14);                  /* 1 << 14 */
