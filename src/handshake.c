@@ -520,8 +520,11 @@ static int client_complete(struct client *cl, int pair, const union clc_msg *acc
 	m.accept.rx_max = p->down;
 	m.accept.netns = cl->netns;
 	out[1] = cl->fd;
-	/* fails (EPIPE) only if the server gave up first: then both use TCP */
-	return msg_send(pair, &m, out, 2) == 0 ? R_NONE : R_TIMEOUT;
+	/* EPIPE: the server gave up first; anything else is ours (out of
+	 * descriptors): either way both use TCP, the server at once */
+	if (msg_send(pair, &m, out, 2) == 0)
+		return R_NONE;
+	return errno == EPIPE ? R_TIMEOUT : R_HANDSHAKE_ERROR;
 }
 
 /* Put the pair end where the TCP socket was, keeping the fd's flags. */
@@ -1064,11 +1067,15 @@ static int server_wait_confirm(struct server *sv, struct shm_parts *p)
 	union clc_msg m;
 	int fds[2], reason;
 
-	if (msg_recv(sv->s, CLC_CONFIRM, sv->nonce, &m, fds, 2, mono_now_ms() + cfg.handshake_ms) < 0) {
+	long deadline = mono_now_ms() + cfg.handshake_ms;
+
+	if (msg_recv(sv->s, CLC_CONFIRM, sv->nonce, &m, fds, 2, deadline) < 0) {
+		/* before the deadline: the client hung up its end, it gave up */
+		int gave_up = mono_now_ms() < deadline ? R_PEER_WITHDREW : R_TIMEOUT;
 		/* close the door, then a last look (see top of file) */
 		sys_shutdown(sv->s, SHUT_RD);
 		if (msg_recv(sv->s, CLC_CONFIRM, sv->nonce, &m, fds, 2, 0) < 0)
-			return R_TIMEOUT;
+			return gave_up;
 	}
 	if (m.hdr.type == CLC_DECLINE)
 		return (int)m.decline.reason;
@@ -1557,9 +1564,17 @@ void hs_listen(int fd)
 {
 	struct listener_offer offer = { .inbox = inbox_id(), .tx_size = cfg.tx_size,
 	                                .rx_max = cfg.rx_max };
-	int lock = listener_register(fd, &offer);
+	int lock;
 	uint16_t f = fd_flags(fd);
 
+	/*
+	 * A server that can make neither an inbox nor the socket it answers
+	 * rendezvous through (out of descriptors) could not take a client:
+	 * unannounced, its clients use TCP at once instead of waiting.
+	 */
+	if (!offer.inbox && answer_sock_get() < 0)
+		return;
+	lock = listener_register(fd, &offer);
 	if (lock < 0)
 		return;
 	fd_set_listen_lock(fd, lock);
