@@ -1,0 +1,160 @@
+"""The client side of test_matrix.py: N echo exchanges, checked byte for byte.
+
+    matrix_client.py PORT N SEED [--greet] [--hold] [--rlimit N] [--fdpass]
+
+Each connection sends a random amount (1 B to 300 KB, log-uniform, the
+first and last of each case 1 B and 300 KB) of random bytes, half-closes,
+and reads the echo until EOF, concurrently (a reader thread), so the echo
+can never stall on full buffers.  --greet: wait for the server's greeting
+byte b"G" before sending.  --hold: open every connection first and keep
+them all open until the last exchange.  --rlimit: lower RLIMIT_NOFILE first.
+--fdpass: each connection is made by a child process that passes it back
+over SCM_RIGHTS and exits at once (ssh's ProxyUseFdpass).
+Every socket wait is bounded (SO_RCVTIMEO / SO_SNDTIMEO, 5 s), and so is
+the whole run: connections not begun after 40 s are reported as not tried.
+Prints one JSON line: {"ok": count, "bad": [descriptions]}.
+"""
+import json
+import os
+import random
+import resource
+import socket
+import struct
+import sys
+import threading
+import time
+
+TIMEOUT = 5.0
+BUDGET = 40.0
+
+
+def sizes(n, rng):
+    out = [int(10 ** rng.uniform(0, 5.48)) for _ in range(n)]
+    out[0], out[-1] = 1, 300_000
+    return out
+
+
+def connect_passed(port):
+    """A child connects and hands the socket over, then exits."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            a.close()
+            c = connect(port, False)
+            socket.send_fds(b, [b"c"], [c.fileno()])
+            code = 0
+        finally:
+            os._exit(code)
+    b.close()
+    a.settimeout(TIMEOUT)
+    try:
+        _, fds, _, _ = socket.recv_fds(a, 16, 1)
+    finally:
+        a.close()
+        os.waitpid(pid, 0)
+    if not fds:
+        raise RuntimeError("the helper passed no descriptor")
+    return socket.socket(fileno=fds[0])
+
+
+def connect(port, greet, fdpass=False):
+    if fdpass:
+        c = connect_passed(port)
+        if greet and c.recv(1) != b"G":
+            raise RuntimeError("no greeting")
+        return c
+    c = socket.socket()
+    tv = struct.pack("ll", int(TIMEOUT), 0)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    c.connect(("127.0.0.1", port))
+    if greet:
+        g = c.recv(1)
+        if g != b"G":
+            raise RuntimeError("greeting %r" % g)
+    return c
+
+
+def exchange(c, data):
+    got = bytearray()
+    err = []
+
+    def reader():
+        try:
+            while True:
+                d = c.recv(1 << 16)
+                if not d:
+                    return
+                got.extend(d)
+        except OSError as e:
+            err.append("recv after %d bytes: %r" % (len(got), e))
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    try:
+        c.sendall(data)
+        c.shutdown(socket.SHUT_WR)
+    except OSError as e:
+        err.append("send: %r" % e)
+    t.join(TIMEOUT + 5)
+    if t.is_alive():
+        err.append("reader hung after %d bytes" % len(got))
+    if err:
+        return "; ".join(err)
+    if bytes(got) != data:
+        at = next((i for i, (a, b) in enumerate(zip(got, data)) if a != b), min(len(got), len(data)))
+        return "sent %d, got %d back, first difference at %d" % (len(data), len(got), at)
+    return None
+
+
+def main():
+    port, n, seed = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    opts = sys.argv[4:]
+    if "--rlimit" in opts:
+        lim = int(opts[opts.index("--rlimit") + 1])
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lim, lim))
+    greet, hold, fdpass = "--greet" in opts, "--hold" in opts, "--fdpass" in opts
+    rng = random.Random(seed)
+    ok, bad = 0, []
+    held = []
+    deadline = time.monotonic() + BUDGET
+    if hold:
+        for i in range(n):
+            if time.monotonic() > deadline:
+                bad.append("connection %d: not opened, out of time" % i)
+                held.append(None)
+                continue
+            try:
+                held.append(connect(port, greet, fdpass))
+            except Exception as e:
+                bad.append("connection %d: connect: %r" % (i, e))
+                held.append(None)
+    for i, size in enumerate(sizes(n, rng)):
+        data = rng.randbytes(size)
+        if time.monotonic() > deadline:
+            bad.append("connections %d to %d: not tried, out of time" % (i, n - 1))
+            break
+        try:
+            c = held[i] if hold else connect(port, greet, fdpass)
+        except Exception as e:
+            bad.append("connection %d: connect: %r" % (i, e))
+            continue
+        if c is None:
+            continue
+        why = exchange(c, data)
+        if why:
+            bad.append("connection %d (%d B): %s" % (i, size, why))
+        else:
+            ok += 1
+        if not hold:
+            c.close()
+    for c in held:
+        if c is not None:
+            c.close()
+    print(json.dumps({"ok": ok, "bad": bad}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
