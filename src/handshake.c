@@ -1053,6 +1053,7 @@ static int server_take(struct server *sv, const union clc_msg *m, int region_fd,
 	if (p->up > cfg.rx_max || p->down > cfg.tx_size ||
 	    !(p->region = region_map(region_fd, p->up, p->down, &owner)))
 		return R_HANDSHAKE_ERROR;
+	region_note_maker(p->region, (pid_t)m->accept.pid);
 	return config_uid_allowed(&cfg, owner) ? R_NONE : R_DIFF_USER;
 }
 
@@ -1158,8 +1159,9 @@ static int proof_direct(struct server *sv, int theirs)
 }
 
 /* Is @s a socket pair end (AF_UNIX, SOCK_SEQPACKET) made by a user we may attach to? */
-static int offer_pair_check(int s)
+static int offer_pair_check(int s, struct region *r)
 {
+	pid_t maker;
 	int v = 0;
 	socklen_t l = sizeof(v);
 
@@ -1168,7 +1170,10 @@ static int offer_pair_check(int s)
 	l = sizeof(v);
 	if (sys_getsockopt(s, SOL_SOCKET, SO_TYPE, &v, &l) < 0 || v != SOCK_SEQPACKET)
 		return R_HANDSHAKE_ERROR;
-	return peer_pid_allowed(s) > 0 ? R_NONE : R_DIFF_USER;
+	if ((maker = peer_pid_allowed(s)) <= 0)
+		return R_DIFF_USER;
+	region_note_maker(r, maker);    /* the client made the pair, as the region */
+	return R_NONE;
 }
 
 /*
@@ -1191,7 +1196,7 @@ static int offer_check(struct server *sv, const union clc_msg *m, const int fds[
 		return reason;
 	if (!config_uid_allowed(&cfg, owner))
 		return R_DIFF_USER;
-	if ((reason = offer_pair_check(fds[OFFER_FD_PAIR])) != R_NONE)
+	if ((reason = offer_pair_check(fds[OFFER_FD_PAIR], p->region)) != R_NONE)
 		return reason;
 	/* inbox_take matched its addresses to this connection already */
 	if (!(sv->direct ? proof_direct(sv, fds[OFFER_FD_TCP]) :
@@ -1526,14 +1531,32 @@ static void listener_mark_unreachable(int fd)
 		registry_lock_remove(registry_fd, "l", old);
 }
 
-void hs_user_changing(uid_t euid)
+static void listeners_unreachable(const char *why)
 {
-	if (registry_fd < 0 || registry_unreachable || euid == (uid_t)-1 ||
-	    euid == geteuid() || registry_usable_by(euid))
+	if (registry_fd < 0 || registry_unreachable)
 		return;
 	registry_unreachable = 1;
 	fd_for_each_listener(listener_mark_unreachable);
-	DBG("effective uid %u cannot use the registry: listeners marked for TCP", (unsigned)euid);
+	DBG("%s: listeners marked for TCP", why);
+}
+
+void hs_user_changing(uid_t euid)
+{
+	if (euid != (uid_t)-1 && euid != geteuid() && !registry_usable_by(euid))
+		listeners_unreachable("the new effective uid cannot use the registry");
+}
+
+/*
+ * After chroot(): a server answers a client's rendezvous through the path
+ * /proc/self/fd/N/p/<key>, which a root without /proc does not have (the
+ * inbox and direct handshakes need no path, but clients cannot tell which
+ * they will get).  The entries are made again while the registry
+ * directory, opened before, still takes them.
+ */
+void hs_chrooted(void)
+{
+	if (access("/proc/self/fd", X_OK) < 0)
+		listeners_unreachable("no /proc in the new root");
 }
 
 static int listener_register(int fd, const struct listener_offer *offer)

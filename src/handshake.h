@@ -50,6 +50,8 @@ void hs_resolve_fd(int fd);
 void hs_resolve_all(void);
 /* The process is about to take effective uid @euid (setuid and friends). */
 void hs_user_changing(uid_t euid);
+/* The process changed its root directory. */
+void hs_chrooted(void);
 /* In a fork child: the inherited listeners are now shared (see handshake.c). */
 void hs_after_fork(void);
 

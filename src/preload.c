@@ -39,7 +39,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/close_range.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <sys/sendfile.h>
 #include <sys/uio.h>
 #include <fcntl.h>
@@ -158,6 +160,7 @@ static void before_fork(void)
 	if (!smclo_active)
 		return;
 	pairs_drop();
+	stats_table_note_fork();
 	pthread_mutex_lock(&fork_count_lock);
 	fork_generation++;
 	conn_for_each_fd(count_fork_holder, NULL);
@@ -223,6 +226,16 @@ EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
 	return real_setresuid(ruid, euid, suid);
 }
 
+EXPORT int chroot(const char *path)
+{
+	REAL(chroot);
+	int rc = real_chroot(path);
+
+	if (rc == 0 && smclo_active)
+		hs_chrooted();
+	return rc;
+}
+
 EXPORT pid_t fork(void)
 {
 	REAL(fork);
@@ -238,6 +251,13 @@ EXPORT pid_t fork(void)
 		errno = e;
 	}
 	return pid;
+}
+
+/* A process that exits normally takes its connection table with it. */
+__attribute__((destructor)) static void smclo_fini(void)
+{
+	if (smclo_active)
+		stats_table_remove_at_exit(registry_fd);
 }
 
 __attribute__((constructor)) static void smclo_init(void)
@@ -433,12 +453,52 @@ static void forget_fd(int fd)
 		fd_set_flags(fd, 0);
 }
 
+/*
+ * Daemons close every descriptor they did not open themselves (a close()
+ * loop, close_range, closefrom), smclo's registry directory among them,
+ * and would run unaccelerated from then on.  That one descriptor is kept:
+ * the program sees it closed, and never gets its number back from the
+ * kernel anyway (it sits above the program's range).
+ */
 EXPORT int close(int fd)
 {
 	REAL(close);
 
+	if (smclo_active && fd == registry_fd && fd >= 0)
+		return 0;
 	forget_fd(fd);
 	return real_close(fd);
+}
+
+/* close_range over [@first, @last], around the registry's descriptor. */
+static int close_range_keeping_registry(unsigned first, unsigned last, int flags)
+{
+	unsigned keep = (unsigned)registry_fd;
+	int rc = 0;
+
+	if (!smclo_active || registry_fd < 0 || keep < first || keep > last || (flags & CLOSE_RANGE_CLOEXEC))
+		return (int)syscall(SYS_close_range, first, last, flags);
+	if (keep > first)
+		rc = (int)syscall(SYS_close_range, first, keep - 1, flags);
+	if (rc == 0 && keep < last)
+		rc = (int)syscall(SYS_close_range, keep + 1, last, flags);
+	return rc;
+}
+
+EXPORT int close_range(unsigned first, unsigned last, int flags)
+{
+	return close_range_keeping_registry(first, last, flags);
+}
+
+EXPORT void closefrom(int lowfd)
+{
+	if (lowfd < 0)
+		lowfd = 0;
+	if (close_range_keeping_registry((unsigned)lowfd, ~0U, 0) < 0) {
+		/* no close_range (an old kernel): one by one, as glibc would */
+		for (int fd = lowfd; fd < fdtab_size; fd++)
+			close(fd);
+	}
 }
 
 EXPORT int shutdown(int fd, int how)

@@ -98,14 +98,13 @@ BUGS = {}
 # * setuid: nobody cannot use root's registry (0700): before the uid changes the
 #   listener's entry is made again flagged unreachable, and clients take TCP at
 #   once with reason no-registry (commit "privilege drop after listen()").
-# * chroot: no direct inbox can be bound in the chroot (registry paths go
-#   through /proc/self/fd), but the inbox bound at listen() still works: inbox.
-#   With only the rendezvous, the server's ACCEPT (sent to /proc/self/fd/N)
-#   cannot leave the chroot either; as for setuid, no client may wait out its
-#   handshake timeout for that ("no-wait").
-# * daemon-*: a daemon that closes every descriptor also closes smclo's
-#   registry descriptor; nothing in design.md says it loses acceleration, so
-#   it is expected as for `accept`.
+# * chroot: a server answers a rendezvous through /proc/self/fd/N, which a root
+#   without /proc lacks, and clients cannot tell which handshake they will
+#   get: after chroot() the listener's entry is made again flagged unreachable
+#   (src/handshake.c, hs_chrooted) and clients take TCP at once, no-registry.
+# * daemon-*: a daemon that closes every descriptor would close smclo's
+#   registry descriptor too; close(), close_range() and closefrom() keep that
+#   one (src/preload.c), so it is expected as for `accept`.
 # * client-fdpass (a client pattern, against `accept`): ssh's ProxyUseFdpass - a
 #   helper connects, passes the socket to the client with SCM_RIGHTS and exits.
 #   Counted as for `accept` (the helper's smclo makes the connections).
@@ -139,7 +138,7 @@ subprocess-cat     direct         inbox          rendezvous      tcp
 system-cat         direct         inbox          rendezvous      tcp
 setuid             no-registry    no-registry    no-registry     tcp
 setgid             direct         inbox          rendezvous      tcp
-chroot             inbox          inbox          no-wait         tcp
+chroot             no-registry    no-registry    no-registry     tcp
 daemon-close       direct         inbox          rendezvous      tcp
 daemon-closerange  direct         inbox          rendezvous      tcp
 rlimit-64          fits           fits           fits            tcp
