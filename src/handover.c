@@ -554,40 +554,18 @@ static int adopt_one(struct record *r)
 	return -1;
 }
 
-/* @fd of process @from, opened anew here (its /proc entry); -1 if not. */
-static int open_theirs(pid_t from, int fd)
-{
-	char path[64];
-	struct out o = { path, path + sizeof(path) - 1 };
-
-	if (fd < 0)
-		return -1;
-	put_str(&o, "/proc/");
-	put_u64(&o, (unsigned long long)from);
-	put_str(&o, "/fd/");
-	put_u64(&o, (unsigned long long)fd);
-	*o.p = '\0';
-	return (int)syscall(SYS_openat, AT_FDCWD, path, O_RDWR | O_CLOEXEC);
-}
-
-int handover_take(const char *text, int from)
+int handover_take(const char *text, int sh_fd, int region_fd)
 {
 	struct record r;
 	const char *s = text;
-	int rc;
 
 	if (parse_record(&s, &r) < 0)
 		return -1;
-	/* sockets cannot be opened through /proc: the TCP socket stays behind */
-	r.sh_fd = open_theirs(from, r.sh_fd);
-	r.region_fd = open_theirs(from, r.region_fd);
+	/* the descriptors came with the message; no TCP socket travels */
+	r.sh_fd = sh_fd;
+	r.region_fd = region_fd;
 	r.tcp_fd = -1;
-	rc = adopt_one(&r);
-	if (r.sh_fd >= 0)
-		sys_close(r.sh_fd);
-	if (r.region_fd >= 0)
-		sys_close(r.region_fd);
-	return rc;
+	return adopt_one(&r);
 }
 
 void handover_adopt(void)

@@ -73,10 +73,11 @@ struct conn;
 int handover_format(char *buf, size_t len, const struct conn *c, int sh_fd,
                     unsigned off, int region_fd, int tcp_fd);
 /*
- * Take over the connection of one record whose descriptors are those of
- * process @from (opened through /proc/@from/fd), on every descriptor of
- * this process with its doorbell socket.  0 if taken over.
+ * Take over the connection of one record, whose state chunk and region are
+ * @sh_fd and @region_fd here (the record's own numbers are ignored), on
+ * every descriptor of this process with its doorbell socket.  0 if taken
+ * over; the caller closes the two descriptors either way.
  */
-int handover_take(const char *record, int from);
+int handover_take(const char *record, int sh_fd, int region_fd);
 
 #endif

@@ -1,23 +1,26 @@
 /*
  * passfd.c - accelerated descriptors passed to another process with
- * SCM_RIGHTS (a dispatcher handing connections to workers, a privileged
- * parent passing them to a sandbox).
+ * SCM_RIGHTS (a dispatcher handing connections to workers, a helper that
+ * connects and passes the socket before it exits, as ssh's ProxyUseFdpass).
  *
- * What travels is the doorbell socket.  The receiver also needs the
- * connection's state chunk and region: the sender leaves a parcel in the
- * registry, h/<ino>.<sender pid>, holding the connection's record
- * (handover.h) with the numbers of descriptors it keeps open for the
- * purpose, and the receiver's smclo opens them through /proc/<pid>/fd (same
- * user, as the registry already requires) when recvmsg() brings the socket
- * in.  The receiver is one more holder from the moment the message is sent.
+ * What the application passes is the doorbell socket.  The receiver also
+ * needs the connection's state chunk and region: they travel in the same
+ * message, appended after the application's descriptors, and the record
+ * that says what they are is left in the registry, h/<ino>.<sender pid>
+ * (the record of handover.h, its descriptors numbered from the first
+ * appended one, after a line "msg <how many appended>").  The receiver's
+ * recvmsg() reads into a larger control buffer, takes the connection over,
+ * and hands the application its own descriptors only.  Nothing is left
+ * waiting on the sender: it may exit at once.  The receiver is one more
+ * holder from the moment the message is sent.
  *
- * A receiver without smclo would read the doorbells as end of file: the
- * sender looks at the processes holding the other end of its socket first
- * (sock_diag names the peer socket, /proc who holds it, their maps whether
- * this library is loaded) and passes such a process a reset socket
- * instead, counted as exec-no-smclo; the connection then ends in a reset
- * for its peer, not an end of file.  The sender's own descriptor is never
- * touched.
+ * A receiver without smclo would read the doorbells as end of file (and
+ * find descriptors it never asked for): the sender looks at the processes
+ * holding the other end of its socket first (sock_diag names the peer
+ * socket, /proc who holds it, their maps whether this library is loaded)
+ * and passes such a process a reset socket instead, counted as
+ * exec-no-smclo; the connection then ends in a reset for its peer, not an
+ * end of file.  The sender's own descriptor is never touched.
  */
 #include "passfd.h"
 
@@ -51,11 +54,10 @@
 #define PARCEL_TTL_S  30        /* a receiver that never looked: give up */
 #define PASS_MAX      16        /* accelerated descriptors in one message */
 
-/* What a parcel keeps open until the receiver took it (or gave up). */
+/* A parcel not taken yet: its connection counts the receiver as a holder. */
 struct parcel {
 	char name[64];
-	int fds[3];
-	struct conn_shared *sh;         /* counted as held by the receiver */
+	struct conn_shared *sh;
 	time_t expires;
 };
 
@@ -65,9 +67,6 @@ static int n_parcels;
 
 static void parcel_release(struct parcel *p, int taken)
 {
-	for (int i = 0; i < 3; i++)
-		if (p->fds[i] >= 0)
-			sys_close(p->fds[i]);
 	/* nobody took it: the receiver does not hold the connection after all */
 	if (!taken)
 		atomic_fetch_sub(&p->sh->holders, 1);
@@ -237,35 +236,38 @@ static int receivers_run_smclo(int sock)
 	return ok;
 }
 
-/* Leave a parcel for @c; 0 if the receiver can take it. */
-static int parcel_make(struct conn *c)
+/*
+ * Leave a parcel for @c, whose state descriptors go as appended ones number
+ * @k and @k + 1 of @e; they are put in @fds.  0 if the receiver can take it.
+ */
+static int parcel_make(struct conn *c, int k, int e, int fds[2])
 {
 	struct parcel *p;
-	char rec[256];
+	struct stat st;
+	char rec[300];
 	uint32_t off;
-	int sh_fd, fd, ok;
+	int sh_fd, fd, n, ok;
 
 	if (n_parcels == PARCELS_MAX || !c->region || region_memfd(c->region) < 0 ||
 	    conn_shared_locate(c->sh, &sh_fd, &off) < 0)
 		return -1;
+	if (fstat(region_memfd(c->region), &st) < 0)
+		return -1;
 	p = &parcels[n_parcels];
-	p->fds[0] = fd_dup_hidden(sh_fd);
-	p->fds[1] = fd_dup_hidden(region_memfd(c->region));
-	p->fds[2] = -1;
 	snprintf(p->name, sizeof(p->name), "h/%lu.%d", c->bell_ino, (int)sys_getpid());
-	ok = p->fds[0] >= 0 && p->fds[1] >= 0 &&
-	     handover_format(rec, sizeof(rec), c, p->fds[0], off, p->fds[1], -1) > 0;
+	/* the region's inode ties the record to the descriptors of this message */
+	n = snprintf(rec, sizeof(rec), "msg %d %lu\n", e, (unsigned long)st.st_ino);
+	ok = handover_format(rec + n, sizeof(rec) - (size_t)n, c, k, off, k + 1, -1) > 0;
 	fd = ok ? openat(registry_fd, p->name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
 	ok = fd >= 0 && write(fd, rec, strlen(rec)) == (ssize_t)strlen(rec);
 	if (fd >= 0)
 		sys_close(fd);
 	if (!ok) {
 		unlinkat(registry_fd, p->name, 0);
-		for (int i = 0; i < 2; i++)
-			if (p->fds[i] >= 0)
-				sys_close(p->fds[i]);
 		return -1;
 	}
+	fds[0] = sh_fd;
+	fds[1] = region_memfd(c->region);
 	p->sh = c->sh;
 	p->expires = time(NULL) + PARCEL_TTL_S;
 	atomic_fetch_add(&c->sh->holders, 1);
@@ -292,12 +294,25 @@ static int passed(const struct msghdr *m, int *slots[PASS_MAX])
 	return n;
 }
 
+/* Can @c go with a parcel (passfd_sendmsg's first pass)? */
+static int parcel_possible(const struct conn *c)
+{
+	int fd;
+	uint32_t off;
+
+	return c->mode == MODE_SHM && c->region && region_memfd(c->region) >= 0 &&
+	       conn_shared_locate(c->sh, &fd, &off) == 0;
+}
+
 ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
                        ssize_t (*real)(int, const struct msghdr *, int))
 {
-	char control[m->msg_controllen ? m->msg_controllen : 1];
+	const size_t more = CMSG_SPACE(2 * PASS_MAX * sizeof(int));
+	char control[m->msg_controllen + more];
 	struct msghdr copy = *m;
-	int *slots[PASS_MAX], resets[PASS_MAX], n_resets = 0, n, n_made = 0, smclo_peer;
+	struct conn *conns[PASS_MAX];
+	int *slots[PASS_MAX], resets[PASS_MAX], extra[2 * PASS_MAX];
+	int n_resets = 0, n, n_made = 0, e = 0, smclo_peer;
 	ssize_t r;
 
 	memcpy(control, m->msg_control, m->msg_controllen);
@@ -305,103 +320,209 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 	if (!(n = passed(&copy, slots)))
 		return real(sock, m, flags);
 	smclo_peer = receivers_run_smclo(sock);
+	for (int i = 0; i < n; i++) {
+		hs_resolve_fd(*slots[i]);
+		conns[i] = conn_get(*slots[i]);
+		if (conns[i] && smclo_peer && parcel_possible(conns[i]))
+			e += 2;
+	}
 	pthread_mutex_lock(&lock);
 	parcels_sweep();
 	for (int i = 0; i < n; i++) {
-		struct conn *c;
+		struct conn *c = conns[i];
 
-		hs_resolve_fd(*slots[i]);
-		if (!(c = conn_get(*slots[i])))
+		if (!c || c->mode != MODE_SHM)
 			continue;
-		if (c->mode == MODE_SHM && !(smclo_peer && parcel_make(c) == 0)) {
-			/* a reset socket in its place: never a doorbell to misread */
-			int s = sys_socket(AF_INET, SOCK_STREAM, 0);
-			if (s >= 0) {
-				*slots[i] = resets[n_resets++] = s;
-				atomic_fetch_or(&c->sh->flags, SH_ABORT_AT_CLOSE);
-				if (totals)
-					atomic_fetch_add(&totals->fallback[R_EXEC_NO_SMCLO], 1);
-			}
-		} else if (c->mode == MODE_SHM) {
+		if (smclo_peer && parcel_possible(c) && parcel_make(c, 2 * n_made, e, &extra[2 * n_made]) == 0) {
 			n_made++;
+			continue;
 		}
-		conn_put(c);
+		/* a reset socket in its place: never a doorbell to misread */
+		int s = sys_socket(AF_INET, SOCK_STREAM, 0);
+		if (s >= 0) {
+			*slots[i] = resets[n_resets++] = s;
+			atomic_fetch_or(&c->sh->flags, SH_ABORT_AT_CLOSE);
+			if (totals)
+				atomic_fetch_add(&totals->fallback[R_EXEC_NO_SMCLO], 1);
+		}
 	}
 	pthread_mutex_unlock(&lock);
+	if (n_made) {
+		/* the state goes along, after the application's descriptors; a
+		 * parcel written for a connection that then could not be made
+		 * keeps its numbers, so fill the gap with the first one's */
+		struct cmsghdr *h = (struct cmsghdr *)(control + CMSG_ALIGN(m->msg_controllen));
+
+		for (int i = 2 * n_made; i < e; i++)
+			extra[i] = extra[0];
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_RIGHTS;
+		h->cmsg_len = CMSG_LEN((size_t)e * sizeof(int));
+		memcpy(CMSG_DATA(h), extra, (size_t)e * sizeof(int));
+		copy.msg_controllen = CMSG_ALIGN(m->msg_controllen) + CMSG_SPACE((size_t)e * sizeof(int));
+	}
 	r = real(sock, &copy, flags);
 	if (r < 0 && n_made) {
-		int e = errno;
+		int err = errno;
 		pthread_mutex_lock(&lock);
 		for (int i = n_parcels - 1; i >= 0 && n_made; i--, n_made--) {
 			unlinkat(registry_fd, parcels[i].name, 0);
 			parcel_release(&parcels[i], 0);
 		}
 		pthread_mutex_unlock(&lock);
-		errno = e;
+		errno = err;
 	}
 	for (int i = 0; i < n_resets; i++)
 		sys_close(resets[i]);
+	for (int i = 0; i < n; i++)
+		if (conns[i])
+			conn_put(conns[i]);
 	if (n_made)
 		DBG("sendmsg fd %d: %d connection(s) passed with a parcel", sock, n_made);
 	return r;
 }
 
-/* A descriptor just received: a connection someone passed us? */
-static void take_parcel(int fd)
+/*
+ * Does parcel text @rec belong to the message whose descriptors are
+ * @fds[0..@n), the passed socket at @i?  Then the number of descriptors
+ * appended at its end, and *@sh, *@region their positions; else -1.
+ */
+static int parcel_fits(const char *rec, const int *fds, int n, int i, int *sh, int *region)
 {
+	const char *r = strchr(rec, '\n');
+	unsigned long rino;
 	struct stat st;
-	char prefix[32], name[300], rec[256];
-	DIR *d;
-	struct dirent *e;
-	int dfd, found = 0;
+	int e;
 
-	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
-		return;
+	if (!r || sscanf(rec, "msg %d %lu\n", &e, &rino) != 2 || e <= 0 || e > n - i - 1 ||
+	    sscanf(r + 1, "%*[0-9],%d,%*[0-9],%d,", sh, region) != 2 ||
+	    *sh < 0 || *sh >= e || *region < 0 || *region >= e)
+		return -1;
+	*sh += n - e;
+	*region += n - e;
+	return fstat(fds[*region], &st) == 0 && st.st_ino == rino ? e : -1;
+}
+
+/*
+ * Take over the connection passed as @fds[@i], if there is a parcel for it
+ * and this message (another socket that had its inode once may have left
+ * one): how many descriptors came appended for the message, or 0.
+ */
+static int take_one(const int *fds, int n, int i)
+{
+	char prefix[32], name[300], rec[300];
+	int dfd, appended = 0;
+	struct dirent *e;
+	struct stat st;
+	DIR *d;
+
+	if (fstat(fds[i], &st) < 0 || !S_ISSOCK(st.st_mode))
+		return 0;
 	snprintf(prefix, sizeof(prefix), "%lu.", (unsigned long)st.st_ino);
 	dfd = openat(registry_fd, "h", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0 || !(d = fdopendir(dfd))) {
 		if (dfd >= 0)
 			sys_close(dfd);
-		return;
+		return 0;
 	}
-	while (!found && (e = readdir(d))) {
-		ssize_t n;
-		int f;
-
-		pid_t from;
+	while (!appended && (e = readdir(d))) {
+		int f, sh, region;
+		ssize_t len;
 
 		if (strncmp(e->d_name, prefix, strlen(prefix)))
 			continue;
 		snprintf(name, sizeof(name), "h/%s", e->d_name);
-		from = atoi(e->d_name + strlen(prefix));
-		if (from <= 0 || (kill(from, 0) < 0 && errno == ESRCH)) {
-			unlinkat(registry_fd, name, 0);  /* a dead sender's, for an older socket */
-			continue;
-		}
 		f = openat(registry_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		n = f >= 0 ? read(f, rec, sizeof(rec) - 1) : -1;
+		len = f >= 0 ? read(f, rec, sizeof(rec) - 1) : -1;
 		if (f >= 0)
 			sys_close(f);
-		if (n <= 0)
+		if (len <= 0)
 			continue;
-		rec[n] = '\0';
-		found = 1;
-		if (handover_take(rec, from) == 0)
-			DBG("recvmsg: took over a connection passed on descriptor %d", fd);
+		rec[len] = '\0';
+		if ((appended = parcel_fits(rec, fds, n, i, &sh, &region)) < 0) {
+			appended = 0;
+			continue;
+		}
 		unlinkat(registry_fd, name, 0);         /* tells the sender it was taken */
+		if (handover_take(strchr(rec, '\n') + 1, fds[sh], fds[region]) == 0)
+			DBG("recvmsg: took over a connection passed on descriptor %d", fds[i]);
 	}
 	closedir(d);
+	return appended;
 }
 
-void passfd_received(const struct msghdr *m)
+/*
+ * The descriptors @fds[0..@n) of a message just received: take over the
+ * passed connections among them; returns how many at the end are ours
+ * (appended by the sender, closed here).
+ */
+static int take_passed(int *fds, int n)
 {
-	for (struct cmsghdr *h = CMSG_FIRSTHDR((struct msghdr *)m); h;
-	     h = CMSG_NXTHDR((struct msghdr *)m, h)) {
-		int *fds = (int *)CMSG_DATA(h);
-		size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+	int appended = 0;
 
-		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
-			for (size_t i = 0; i < k; i++)
-				take_parcel(fds[i]);
+	for (int i = 0; i < n - appended; i++) {
+		int e = take_one(fds, n, i);
+		if (e)
+			appended = e;
 	}
+	for (int i = n - appended; i < n; i++)
+		sys_close(fds[i]);
+	return appended;
+}
+
+/* Append a control message to @out, as the kernel would: truncated to what fits. */
+static void put_cmsg(struct msghdr *out, size_t *used, const struct cmsghdr *h, int nfds)
+{
+	size_t room = out->msg_controllen - *used, data = h->cmsg_len - CMSG_LEN(0);
+	struct cmsghdr *o = (struct cmsghdr *)((char *)out->msg_control + *used);
+	int *fds = (int *)CMSG_DATA(h);
+
+	if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
+		data = (size_t)nfds * sizeof(int);
+	if (room < CMSG_LEN(0)) {
+		out->msg_flags |= MSG_CTRUNC;
+		data = 0;
+	} else if (CMSG_LEN(data) > room) {
+		out->msg_flags |= MSG_CTRUNC;
+		data = h->cmsg_type == SCM_RIGHTS ? (room - CMSG_LEN(0)) / sizeof(int) * sizeof(int) :
+		       room - CMSG_LEN(0);
+	}
+	if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
+		for (size_t i = data / sizeof(int); i < (size_t)nfds; i++)
+			sys_close(fds[i]);      /* what did not fit is closed, as by the kernel */
+	if (room < CMSG_LEN(0))
+		return;
+	o->cmsg_level = h->cmsg_level;
+	o->cmsg_type = h->cmsg_type;
+	o->cmsg_len = CMSG_LEN(data);
+	memcpy(CMSG_DATA(o), CMSG_DATA(h), data);
+	*used += CMSG_SPACE(data) < room ? CMSG_SPACE(data) : room;
+}
+
+ssize_t passfd_recvmsg(int sock, struct msghdr *m, int flags,
+                       ssize_t (*real)(int, struct msghdr *, int))
+{
+	char control[m->msg_controllen + CMSG_SPACE(2 * PASS_MAX * sizeof(int))];
+	struct msghdr mine = *m;
+	size_t used = 0;
+	ssize_t r;
+
+	mine.msg_control = control;
+	mine.msg_controllen = sizeof(control);
+	r = real(sock, &mine, flags);
+	if (r < 0)
+		return r;
+	m->msg_namelen = mine.msg_namelen;
+	m->msg_flags = mine.msg_flags & ~MSG_CTRUNC;
+	for (struct cmsghdr *h = CMSG_FIRSTHDR(&mine); h; h = CMSG_NXTHDR(&mine, h)) {
+		int n = 0;
+
+		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
+			n = (int)((h->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			n -= take_passed((int *)CMSG_DATA(h), n);
+		}
+		put_cmsg(m, &used, h, n);
+	}
+	m->msg_controllen = used;
+	return r;
 }

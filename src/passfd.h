@@ -15,7 +15,12 @@
 ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
                        ssize_t (*real)(int, const struct msghdr *, int));
 
-/* recvmsg() brought descriptors in: take over the connections among them. */
-void passfd_received(const struct msghdr *m);
+/*
+ * recvmsg() into a control buffer large enough for the descriptors a sender
+ * appends: take over the connections passed, and give the application
+ * what it would have had (its descriptors, truncated as the kernel would).
+ */
+ssize_t passfd_recvmsg(int sock, struct msghdr *m, int flags,
+                       ssize_t (*real)(int, struct msghdr *, int));
 
 #endif

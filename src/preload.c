@@ -613,12 +613,9 @@ EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 	struct conn *c = shm_conn(fd);
 	ssize_t r;
 
-	if (!c) {
-		r = real_recvmsg(fd, m, flags);
-		if (r >= 0 && smclo_active && m->msg_controllen)
-			passfd_received(m);     /* a connection passed to us? */
-		return r;
-	}
+	if (!c)         /* descriptors passed to us may be connections */
+		return smclo_active && m->msg_controllen && m->msg_control ?
+		       passfd_recvmsg(fd, m, flags, real_recvmsg) : real_recvmsg(fd, m, flags);
 	r = recv_iov(c, fd, m->msg_iov, (int)m->msg_iovlen, flags);
 	if (r >= 0) {
 		m->msg_namelen = 0;

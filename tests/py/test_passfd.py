@@ -1,9 +1,12 @@
 """An accepted connection passed to another process with SCM_RIGHTS (a
 dispatcher handing connections to workers).
 
-The receiver's smclo takes the connection over from a parcel the sender
-leaves in the registry (passfd.c) and goes on accelerated, byte for byte,
-whether the sender closes its copy at once or keeps it.  A receiver without
+The connection's state travels in the same message, after the
+application's descriptors, and its record in a parcel in the registry
+(passfd.c); the receiver's smclo takes it over, hands the application only
+its own descriptors, and goes on accelerated, byte for byte, whether the
+sender closes its copy at once or keeps it (test_matrix's client-fdpass
+row: a sender that exits right after sendmsg).  A receiver without
 smclo gets a reset socket instead of a doorbell socket it would misread as
 end of file (it used to get EPIPE, ECONNRESET or a silent EOF).
 """
