@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 
 int smclo_active;
+int fd_budget_small;
 int registry_fd = -1;
 int fd_options_shared;
 struct stats_totals *totals;
@@ -53,10 +54,20 @@ int fdtab_init(void)
 		fdtab = NULL;
 		return -1;
 	}
+	fd_limit_changed();
+	return 0;
+}
+
+void fd_limit_changed(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
 	/* hidden descriptors sit in the top half of the soft limit */
 	hide_base = rl.rlim_cur > 64 && rl.rlim_cur != RLIM_INFINITY ?
 	            (int)(rl.rlim_cur / 2) : 512;
-	return 0;
+	fd_budget_small = rl.rlim_cur < 512;
 }
 
 /* An entry about to be written: walks must reach it. */
@@ -168,6 +179,26 @@ struct conn *conn_alloc(int mode)
 int conn_count(void)
 {
 	return atomic_load(&n_conns);
+}
+
+void conn_go_lean(struct conn *c)
+{
+	if (!fd_budget_small)
+		return;
+	if (c->tcp_fd >= 0) {
+		/* its addresses are the connection's: kept, then the socket goes,
+		 * with a reset rather than a TIME_WAIT (the peer's copy is idle) */
+		struct linger l = { .l_onoff = 1, .l_linger = 0 };
+
+		ep_of_socket(c->tcp_fd, 0, &c->local);
+		ep_of_socket(c->tcp_fd, 1, &c->peer);
+		sys_setsockopt(c->tcp_fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+		sys_close(c->tcp_fd);
+		c->tcp_fd = -1;
+		c->direct = 1;          /* names from what we recorded, options on demand */
+	}
+	if (c->region)
+		region_drop_memfd(c->region);
 }
 
 void conn_note_bell(struct conn *c, int fd)

@@ -121,6 +121,13 @@ static inline void conn_count_call(struct conn *c)
 /* Library-wide state set up by the constructor. */
 extern int smclo_active;       /* 0: pass everything through */
 extern int registry_fd;        /* -1 when the registry is unusable */
+/*
+ * A small descriptor limit (RLIMIT_NOFILE below 512): a connection that
+ * holds more descriptors than a TCP one would make the program run out
+ * where TCP would not (50 connections under a limit of 64).  Then
+ * connections go lean (conn_go_lean): the doorbell socket is all they hold.
+ */
+extern int fd_budget_small;
 extern struct stats_totals *totals;
 /*
  * Set at the first fork: another process may now set options on sockets
@@ -144,6 +151,8 @@ extern struct fd_entry *fdtab;
 extern int fdtab_size;
 
 int fdtab_init(void);
+/* RLIMIT_NOFILE may have changed: place hidden descriptors, and budget, anew. */
+void fd_limit_changed(void);
 
 static inline struct fd_entry *fd_entry(int fd)
 {
@@ -176,6 +185,13 @@ static inline int fd_has_conn(int fd)
 }
 
 struct conn *conn_alloc(int mode);
+/*
+ * Under a small descriptor budget, once @c is set up: close its hidden TCP
+ * socket (names from the handshake, options on a socket made on demand, as
+ * for a direct connection) and the region descriptor it keeps (no reuse,
+ * no exec handover for it).
+ */
+void conn_go_lean(struct conn *c);
 /* @fd is the doorbell socket of @c now: remember its inode (bell_ino). */
 void conn_note_bell(struct conn *c, int fd);
 /* Name @fd as a holder of @c (takes a reference). */

@@ -316,6 +316,7 @@ static void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
 		return;
 	}
 	c->tcp_fd = tcp_fd;
+	conn_go_lean(c);
 	stats_slot_decide(totals, c->slot, MODE_SHM, R_NONE);
 	conn_bind_fd(c, app_fd);
 	conn_put(c);
@@ -669,9 +670,13 @@ static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
 	c->pending_until_ms = mono_now_ms() + cfg.handshake_ms;
 	atomic_store(&c->pending, PENDING_OPEN);
 	conn_bind_fd(c, cl->fd);
-	conn_put(c);
 	fd_add_flags(cl->fd, FDF_PENDING);
 	DBG("connect fd %d: offer pending", cl->fd);
+	/* a pending connection holds three descriptors: where they are short
+	 * (conn.h, fd_budget_small), decide now and keep one */
+	if (fd_budget_small)
+		hs_resolve(cl->fd, c, 0);
+	conn_put(c);
 	return 0;
 }
 
@@ -689,6 +694,7 @@ static void pending_take(int fd, struct conn *c)
 	if (fl & O_NONBLOCK)            /* options and flags set meanwhile went to the TCP socket */
 		sys_fcntl(fd, F_SETFL, O_NONBLOCK);
 	atomic_store(&c->sh->nonblock, (fl & O_NONBLOCK) != 0);
+	conn_go_lean(c);
 	stats_slot_decide(totals, c->slot, MODE_SHM, R_NONE);
 	DBG("connect fd %d: shm through the inbox (ring tx %u rx %u)", fd, c->tx_size, c->rx_size);
 }

@@ -41,6 +41,7 @@
 #include <string.h>
 #include <linux/close_range.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/sendfile.h>
 #include <sys/uio.h>
@@ -224,6 +225,49 @@ EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
 	if (smclo_active)
 		hs_user_changing(euid);
 	return real_setresuid(ruid, euid, suid);
+}
+
+/* A program that lowers its descriptor limit (conn.h, fd_budget_small). */
+EXPORT int setrlimit(__rlimit_resource_t res, const struct rlimit *rl)
+{
+	REAL(setrlimit);
+	int rc = real_setrlimit(res, rl);
+
+	if (rc == 0 && res == RLIMIT_NOFILE && fdtab)
+		fd_limit_changed();
+	return rc;
+}
+
+EXPORT int setrlimit64(__rlimit_resource_t res, const struct rlimit64 *rl)
+{
+	REAL(setrlimit64);
+	int rc = real_setrlimit64(res, rl);
+
+	if (rc == 0 && res == RLIMIT_NOFILE && fdtab)
+		fd_limit_changed();
+	return rc;
+}
+
+EXPORT int prlimit(pid_t pid, __rlimit_resource_t res, const struct rlimit *nl,
+                   struct rlimit *ol)
+{
+	REAL(prlimit);
+	int rc = real_prlimit(pid, res, nl, ol);
+
+	if (rc == 0 && nl && res == RLIMIT_NOFILE && (pid == 0 || pid == sys_getpid()) && fdtab)
+		fd_limit_changed();
+	return rc;
+}
+
+EXPORT int prlimit64(pid_t pid, __rlimit_resource_t res, const struct rlimit64 *nl,
+                     struct rlimit64 *ol)
+{
+	REAL(prlimit64);
+	int rc = real_prlimit64(pid, res, nl, ol);
+
+	if (rc == 0 && nl && res == RLIMIT_NOFILE && (pid == 0 || pid == sys_getpid()) && fdtab)
+		fd_limit_changed();
+	return rc;
 }
 
 EXPORT int chroot(const char *path)

@@ -13,7 +13,9 @@
 #include "forkguard.h"
 #include "sys.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -29,7 +31,8 @@ struct region {
 	int mine;               /* created here (client) or mapped (server) */
 	int memfd;              /* mine: the descriptor handed to the peer; theirs: kept
 	                           to hand the connection to an exec'd program, or -1 */
-	pid_t peer;             /* mine: the only process it goes to */
+	pid_t peer;             /* mine: the only process it goes to; theirs: the
+	                           client that made it (0: not known) */
 	uid_t creator;          /* mine: the uid the kernel reports as its owner */
 	dev_t dev;              /* theirs: identity of the memfd */
 	ino_t ino;
@@ -139,9 +142,33 @@ fail:
 	return NULL;
 }
 
+/*
+ * Drop idle entries whose peer process is gone: nothing will ever reuse
+ * them, and a server would otherwise keep the memory of clients that exited
+ * (KEEP_MAX regions of them).  At most once a second: a kill(0) each.
+ */
+static void drop_orphans(void)
+{
+	static long last_ms;
+	long now = mono_now_ms();
+
+	if (now - last_ms < 1000)
+		return;
+	last_ms = now;
+	for (struct region *r = list, *next; r; r = next) {
+		next = r->next;
+		if (r->refs == 0 && r->peer > 0 && r->owner == sys_getpid() &&
+		    kill(r->peer, 0) < 0 && errno == ESRCH) {
+			unlink_entry(r);
+			destroy(r);
+		}
+	}
+}
+
 /* Drop the least recently idle entries beyond KEEP_MAX (lock held). */
 static void trim(void)
 {
+	drop_orphans();
 	for (;;) {
 		struct region *old = NULL;
 		int idle = 0;
@@ -266,6 +293,17 @@ struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner)
 	return r;
 }
 
+void region_drop_memfd(struct region *r)
+{
+	pthread_mutex_lock(&lock);
+	if (r->memfd >= 0)
+		sys_close(r->memfd);
+	r->memfd = -1;
+	if (r->mine)
+		r->peer = 0;    /* it cannot be offered again: destroyed when put */
+	pthread_mutex_unlock(&lock);
+}
+
 int region_memfd(const struct region *r)
 {
 	return r->memfd;
@@ -290,6 +328,12 @@ struct region *region_adopt(int memfd, uint32_t up, uint32_t down, int mine)
 	}
 	pthread_mutex_unlock(&lock);
 	return r;
+}
+
+void region_note_maker(struct region *r, pid_t pid)
+{
+	if (!r->mine)
+		r->peer = pid;
 }
 
 void region_put(struct region *r, int reusable)

@@ -37,6 +37,10 @@ struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner);
  */
 void region_put(struct region *r, int reusable);
 
+/* Server: @pid made this region (its idle mapping goes when @pid is gone). */
+void region_note_maker(struct region *r, pid_t pid);
+/* Close the memfd kept with @r (conn_go_lean); a region of ours is not reused then. */
+void region_drop_memfd(struct region *r);
 /* Its memfd, to hand the connection to an exec'd program; -1 if not kept. */
 int region_memfd(const struct region *r);
 /*
