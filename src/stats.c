@@ -24,6 +24,8 @@ static struct stat_table *my_table;
 static char my_table_name[64];
 static int my_table_fd = -1;
 static int my_table_failed;     /* table_create() failed: do not retry per connection */
+static int my_table_shared;     /* a fork child holds it too */
+static struct stats_totals *my_totals;  /* what stats_totals_map gave this process */
 
 /* "t/<uid>": each user's totals, written by nobody else (registry_open_mappable). */
 static void totals_path(char out[REGISTRY_PATH_MAX], uid_t uid)
@@ -70,6 +72,8 @@ struct stats_totals *stats_totals_map(int dirfd)
 		errno = EPROTO;
 		return NULL;
 	}
+	if (t && !my_totals)
+		my_totals = t;
 	return t;
 }
 
@@ -79,6 +83,8 @@ __attribute__((constructor)) static void table_lock_init(void)
 {
 	fork_guard(&table_lock);
 }
+
+static int fold_if_dead(int dirfd, const char *sub, const char *name, void *arg);
 
 /*
  * Make this process's table c/<pid>.<rand>, with table_lock held.  A
@@ -110,6 +116,13 @@ static void table_create(int dirfd)
 	my_table->pid = sys_getpid();
 	my_table->nslots = TABLE_SLOTS;
 	my_table_fd = fd;   /* held open: the lock says we are alive */
+	/*
+	 * Tables of processes killed without a chance to remove theirs are
+	 * folded in by whoever makes a table next (and by `smclo stat`), so
+	 * a registry gives back what crashed processes left.
+	 */
+	if (my_totals)
+		registry_for_each(dirfd, "c", fold_if_dead, my_totals);
 }
 
 struct stat_table *stats_table(int dirfd, char *name_out, size_t len)
@@ -138,6 +151,23 @@ void stats_forget_table(void)
 	my_table = NULL;
 	my_table_fd = -1;
 	my_table_failed = 0;
+	my_table_shared = 0;
+}
+
+void stats_table_note_fork(void)
+{
+	if (my_table)
+		my_table_shared = 1;
+}
+
+void stats_table_remove_at_exit(int dirfd)
+{
+	if (!my_table || my_table_shared)
+		return;
+	for (uint32_t i = 0; i < TABLE_SLOTS; i++)
+		if (atomic_load_explicit(&my_table->slots[i].in_use, memory_order_relaxed))
+			return;         /* open connections: `smclo stats` folds them in */
+	registry_entry_remove(dirfd, "c", my_table_name);
 }
 
 struct stat_slot *stats_slot_alloc(struct stat_table *t, int fd, int role)

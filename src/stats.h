@@ -93,6 +93,14 @@ int stats_totals_sum(int dirfd, struct stats_totals *out);
 struct stat_table *stats_table(int dirfd, char *name_out, size_t len);
 /* After fork: the child starts its own table next time. */
 void stats_forget_table(void);
+/* Before fork: the child will hold this process's table too. */
+void stats_table_note_fork(void);
+/*
+ * At a normal exit: remove this process's table if nothing of it is left to
+ * count (no open connection) and no fork child holds it; otherwise `smclo
+ * stat`/`stats` fold it in once the process is gone.
+ */
+void stats_table_remove_at_exit(int dirfd);
 
 struct stat_slot *stats_slot_alloc(struct stat_table *t, int fd, int role);
 void stats_slot_decide(struct stats_totals *tot, struct stat_slot *s, int mode, int reason);
