@@ -7,13 +7,15 @@
 #                 also compile a Release (-O3) build: some warnings (-Werror)
 #                 only show at -O3
 #   make bench    the benchmark suite against real programs (writes BENCHMARKS.md)
+#   make soak     a million connections through one server, 20 clients killed
+#                 with SIGKILL meanwhile: nothing may be left behind
 
 BUILD ?= build
 PYTHON ?= python3
 TEST_DEBS = redis-server redis-tools nginx-light wrk iperf3 sockperf curl socat postgresql \
             python3-pytest liburing-dev iproute2 util-linux cmake ninja-build gcc strace
 
-.PHONY: all build release demo test unit pytest deps clean bench
+.PHONY: all build release demo test unit pytest deps clean bench soak
 
 all: build
 
@@ -51,6 +53,10 @@ test: deps
 	@$(MAKE) --no-print-directory release
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory pytest
+
+soak: deps build
+	cd tests/py && SMCLO_BUILD=$(abspath $(BUILD)) SMCLO_CHURN=1000000 SMCLO_CHURN_KILLS=20 \
+		$(PYTHON) -m pytest -q -p no:cacheprovider test_churn.py
 
 bench: deps build
 	@dpkg -s python3-matplotlib >/dev/null 2>&1 || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

@@ -261,13 +261,19 @@ static struct region *map_new(int memfd, const struct stat *st, uint32_t up, uin
 	return r;
 }
 
+/* Is @memfd (described into @st) a region of exactly these ring sizes? */
+static int layout_ok(int memfd, struct stat *st, uint32_t up, uint32_t down)
+{
+	return ring_size_valid(up) && ring_size_valid(down) && fstat(memfd, st) == 0 &&
+	       (size_t)st->st_size == layout_len(up, down);
+}
+
 struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner)
 {
 	struct region *r;
 	struct stat st;
 
-	if (!ring_size_valid(up) || !ring_size_valid(down) || fstat(memfd, &st) < 0 ||
-	    (size_t)st.st_size != layout_len(up, down))
+	if (!layout_ok(memfd, &st, up, down))
 		return NULL;
 	pthread_mutex_lock(&lock);
 	for (r = list; r; r = r->next)
@@ -314,8 +320,7 @@ struct region *region_adopt(int memfd, uint32_t up, uint32_t down, int mine)
 	struct region *r;
 	struct stat st;
 
-	if (!ring_size_valid(up) || !ring_size_valid(down) || fstat(memfd, &st) < 0 ||
-	    (size_t)st.st_size != layout_len(up, down))
+	if (!layout_ok(memfd, &st, up, down))
 		return NULL;
 	pthread_mutex_lock(&lock);
 	r = map_new(memfd, &st, up, down);

@@ -20,6 +20,7 @@ the whole tree taken when each subprocess wait timed out (before
 subprocess.run kills its child).
 """
 import functools
+import contextlib
 import json
 import os
 import platform
@@ -165,6 +166,22 @@ def procs():
     p = Procs()
     yield p
     p.stop_all()
+
+
+@contextlib.contextmanager
+def tmpfs(size):
+    """A private tmpfs of @size ("2m"), mounted for the block: a filesystem
+    a test may fill or measure alone (mounting needs root, as CI has)."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix="smclo-tmpfs-")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", d],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, "mounting a tmpfs needs root: " + r.stderr
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", d], check=True)
+        os.rmdir(d)
 
 
 def need(binary):

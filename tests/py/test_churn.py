@@ -12,13 +12,12 @@ import os
 import random
 import signal
 import subprocess
-import tempfile
 import time
 from collections import Counter
 
 import pytest
 
-from conftest import PY, SMCLO, TESTBIN, Registry, free_port, wait_port
+from conftest import PY, SMCLO, TESTBIN, Registry, free_port, tmpfs, wait_port
 
 PEER = os.path.join(os.path.dirname(__file__), "peer.py")
 TOTAL = int(os.environ.get("SMCLO_CHURN", "10000"))
@@ -28,13 +27,8 @@ CLIENTS = 4
 
 @pytest.fixture
 def registry_tmpfs():
-    d = tempfile.mkdtemp(prefix="smclo-churn-")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", d],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, "mounting a tmpfs needs root: " + r.stderr
-    yield d
-    subprocess.run(["umount", "-l", d], check=True)
-    os.rmdir(d)
+    with tmpfs("64m") as d:
+        yield d
 
 
 def non_tcp_inodes():

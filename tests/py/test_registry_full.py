@@ -15,24 +15,18 @@ allocated before it is mapped (registry_map_backed).
 """
 import os
 import subprocess
-import tempfile
 
 import pytest
 
-from conftest import PY, SMCLO, Registry, free_port, wait_port
+from conftest import PY, SMCLO, Registry, free_port, tmpfs, wait_port
 
 PEER = os.path.join(os.path.dirname(__file__), "peer.py")
 
 
 @pytest.fixture
 def small_tmpfs():
-    d = tempfile.mkdtemp(prefix="smclo-full-")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", d],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, "mounting a 2 MiB tmpfs needs root: " + r.stderr
-    yield d
-    subprocess.run(["umount", "-l", d], check=True)
-    os.rmdir(d)
+    with tmpfs("2m") as d:
+        yield d
 
 
 def fill(d):
@@ -80,20 +74,10 @@ def test_fills_while_serving(small_tmpfs, procs):
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
-@pytest.fixture
-def nobody_dir():
-    """A directory nobody can reach (pytest's own tmp is root's, 0700)."""
-    import shutil
-    d = tempfile.mkdtemp(prefix="smclo-ro-", dir="/tmp")
-    os.chmod(d, 0o1777)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-def test_registry_not_writable(nobody_dir, procs):
+def test_registry_not_writable(shared_dir, procs):
     """Root ignores permissions, so both ends run as nobody, in a registry
     nobody made and then may no longer write."""
-    reg = Registry(os.path.join(nobody_dir, "registry"))
+    reg = Registry(os.path.join(shared_dir, "registry"))
     assert reg.run(NOBODY + ["/bin/true"], timeout=30).returncode == 0
     subdirs = [reg.path] + [p for p in reg.path.iterdir() if p.is_dir()]
     for sub in subdirs:
