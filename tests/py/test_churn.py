@@ -69,7 +69,7 @@ def footprint(pid, reg):
         if "smclo-region" in name:
             cached["region_maps"] += 1
         else:
-            maps.append(name)
+            maps.append(name.replace(" (deleted)", ""))   # a rebuild meanwhile
     maps.sort()
     entries = sorted("%s/%s" % (sub, name) for sub in os.listdir(reg.path)
                      if os.path.isdir(reg.path / sub)
