@@ -240,7 +240,7 @@ static int keep_across(struct exec_scan *x, int fd)
 	}
 	if (fl < 0)
 		return -1;
-	if (fl >= 0 && (fl & FD_CLOEXEC)) {
+	if (fl & FD_CLOEXEC) {
 		for (int i = 0; i < u->n_cleared; i++)
 			if (u->cloexec_cleared[i] == fd)
 				return fd;
@@ -388,13 +388,13 @@ char *const *handover_exec(char *const envp[], int loads_smclo, char **out, size
 	return env_with(envp, buf, out, cap);
 }
 
-void handover_undo(struct handover_undo *u)
+void handover_undo(struct handover_undo *undo)
 {
-	for (int i = 0; i < u->n_cleared; i++)
-		sys_fcntl(u->cloexec_cleared[i], F_SETFD, FD_CLOEXEC);
-	for (int i = 0; i < u->n_counted; i++)
-		atomic_fetch_sub(&u->counted[i]->holders, 1);
-	memset(u, 0, sizeof(*u));
+	for (int i = 0; i < undo->n_cleared; i++)
+		sys_fcntl(undo->cloexec_cleared[i], F_SETFD, FD_CLOEXEC);
+	for (int i = 0; i < undo->n_counted; i++)
+		atomic_fetch_sub(&undo->counted[i]->holders, 1);
+	memset(undo, 0, sizeof(*undo));
 }
 
 /* ---- the new program's side ----------------------------------------------- */
@@ -554,10 +554,10 @@ static int adopt_one(struct record *r)
 	return -1;
 }
 
-int handover_take(const char *text, int sh_fd, int region_fd)
+int handover_take(const char *record, int sh_fd, int region_fd)
 {
 	struct record r;
-	const char *s = text;
+	const char *s = record;
 
 	if (parse_record(&s, &r) < 0)
 		return -1;

@@ -391,7 +391,7 @@ static int client_precheck(struct client *cl)
 static int client_bind(struct client *cl)
 {
 	struct sockaddr_storage ss;
-	socklen_t l = sizeof(ss);
+	socklen_t l;
 	int one = 1, family = AF_INET;
 
 	if (ep_of_socket(cl->fd, 0, &cl->src) < 0)

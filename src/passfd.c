@@ -145,10 +145,12 @@ static int runs_smclo(pid_t pid)
  */
 static int settles_on_smclo(pid_t pid)
 {
+	const struct timespec moment = { .tv_nsec = 5000000 };
+
 	for (int i = 0; i < 10; i++) {
 		if (runs_smclo(pid) != 0)
 			return 1;
-		usleep(5000);
+		nanosleep(&moment, NULL);
 	}
 	return 0;
 }
@@ -276,7 +278,7 @@ static int parcel_make(struct conn *c, int k, int e, int fds[2])
 }
 
 /* The accelerated descriptors among those @m passes; how many. */
-static int passed(const struct msghdr *m, int *slots[PASS_MAX])
+static int passed(const struct msghdr *m, int *out[PASS_MAX])
 {
 	int n = 0;
 
@@ -289,7 +291,7 @@ static int passed(const struct msghdr *m, int *slots[PASS_MAX])
 			continue;
 		for (size_t i = 0; i < k && n < PASS_MAX; i++)
 			if (fd_has_conn(fds[i]))
-				slots[n++] = &fds[i];
+				out[n++] = &fds[i];
 	}
 	return n;
 }
@@ -311,18 +313,20 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 	char control[m->msg_controllen + more];
 	struct msghdr copy = *m;
 	struct conn *conns[PASS_MAX];
-	int *slots[PASS_MAX], resets[PASS_MAX], extra[2 * PASS_MAX];
+	int *where[PASS_MAX] = { 0 }, resets[PASS_MAX], extra[2 * PASS_MAX];
 	int n_resets = 0, n, n_made = 0, e = 0, smclo_peer;
 	ssize_t r;
 
 	memcpy(control, m->msg_control, m->msg_controllen);
 	copy.msg_control = control;
-	if (!(n = passed(&copy, slots)))
+	if (!(n = passed(&copy, where)))
 		return real(sock, m, flags);
 	smclo_peer = receivers_run_smclo(sock);
 	for (int i = 0; i < n; i++) {
-		hs_resolve_fd(*slots[i]);
-		conns[i] = conn_get(*slots[i]);
+		int fd = *where[i];
+
+		hs_resolve_fd(fd);
+		conns[i] = conn_get(fd);
 		if (conns[i] && smclo_peer && parcel_possible(conns[i]))
 			e += 2;
 	}
@@ -340,7 +344,7 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 		/* a reset socket in its place: never a doorbell to misread */
 		int s = sys_socket(AF_INET, SOCK_STREAM, 0);
 		if (s >= 0) {
-			*slots[i] = resets[n_resets++] = s;
+			*where[i] = resets[n_resets++] = s;
 			atomic_fetch_or(&c->sh->flags, SH_ABORT_AT_CLOSE);
 			if (totals)
 				atomic_fetch_add(&totals->fallback[R_EXEC_NO_SMCLO], 1);

@@ -128,7 +128,7 @@ static int look_now(struct pollfd *fds, nfds_t n, const struct polled *p, int k,
 static int spin(struct pollfd *fds, nfds_t n, const struct polled *p, int k)
 {
 	long long until = spin_deadline(), next;
-	int r = 0;
+	int r;
 
 	if (!until)
 		return 0;

@@ -673,15 +673,16 @@ int registry_rendezvous_open(int dirfd, const char *key, uid_t *owner)
 	return fd;
 }
 
-ssize_t registry_rendezvous_send(int pathfd, int sock, struct msghdr *mh)
+ssize_t registry_rendezvous_send(int pathfd, int sock, const struct msghdr *mh)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct msghdr to = *mh;         /* the caller's keeps no pointer to sun */
 
 	/* through the descriptor: exactly the socket whose owner was checked */
 	snprintf(sun.sun_path, sizeof(sun.sun_path), "/proc/self/fd/%d", pathfd);
-	mh->msg_name = &sun;
-	mh->msg_namelen = sizeof(sun);
-	return sys_sendmsg(sock, mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	to.msg_name = &sun;
+	to.msg_namelen = sizeof(sun);
+	return sys_sendmsg(sock, &to, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void registry_rendezvous_remove(int dirfd, const char *key)

@@ -137,7 +137,7 @@ int registry_rendezvous_bind(int dirfd, const char *key);
  */
 int registry_rendezvous_open(int dirfd, const char *key, uid_t *owner);
 /* sendmsg() @mh to the socket @pathfd names, through the unbound datagram socket @sock. */
-ssize_t registry_rendezvous_send(int pathfd, int sock, struct msghdr *mh);
+ssize_t registry_rendezvous_send(int pathfd, int sock, const struct msghdr *mh);
 void registry_rendezvous_remove(int dirfd, const char *key);
 /*
  * How many clients have a rendezvous bound, kept in the registry's shared

@@ -139,11 +139,17 @@ static int worker_server(const struct bench_addr *a, const char *test, size_t si
 		for (;;) {
 			int ok;
 			c = accept(l, NULL, NULL);
-			ok = c >= 0 && full_io(c, buf, size, 0) == 0;
+			if (c < 0) {
+				if (errno == EINTR || errno == ECONNABORTED)
+					continue;
+				perror("bench accept");     /* EMFILE...: do not spin forever */
+				return 1;
+			}
+			ok = full_io(c, buf, size, 0) == 0;
 			if (ok)
 				full_io(c, buf, size, 1);
 			close(c);
-			if (c >= 0 && !ok)
+			if (!ok)
 				break;
 		}
 		fprintf(stdout, "cpu %.6f\n", cpu_s() - cpu0);

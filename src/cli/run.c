@@ -32,7 +32,8 @@ int cmd_run(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	char lib[4096], err[300], *old;
+	char lib[4096], err[300], *preload;
+	const char *old, *first;
 	struct smclo_config c;
 	int o;
 
@@ -57,14 +58,20 @@ int cmd_run(int argc, char **argv)
 	strcat(lib, "/libsmclo.so");
 	if (access(lib, R_OK) != 0)
 		return usage_error("run: %s is missing (build it with make)", lib);
+	/* the library ahead of what the program would preload anyway; only
+	 * SMCLO_PRELOAD_FIRST (a sanitizer's runtime, which must be the very
+	 * first object loaded) goes ahead of it */
 	old = getenv("LD_PRELOAD");
-	if (old && *old) {
-		char *both = malloc(strlen(lib) + strlen(old) + 2);
-		sprintf(both, "%s:%s", lib, old);
-		setenv("LD_PRELOAD", both, 1);
-	} else {
-		setenv("LD_PRELOAD", lib, 1);
-	}
+	first = getenv("SMCLO_PRELOAD_FIRST");
+	if (!old)
+		old = "";
+	if (!first)
+		first = "";
+	preload = malloc(strlen(first) + strlen(lib) + strlen(old) + 3);
+	if (!preload)
+		return usage_error("run: out of memory");
+	sprintf(preload, "%s%s%s%s%s", first, *first ? ":" : "", lib, *old ? ":" : "", old);
+	setenv("LD_PRELOAD", preload, 1);
 	execvp(argv[optind], argv + optind);
 	usage_error("run: %s: %m", argv[optind]);
 	return 127;
