@@ -18,8 +18,9 @@
  *  - the answer is one of the listener_match values; an exclusive answer
  *    is a same-namespace one that names an inbox; no answer (LM_NONE)
  *    names no process, inbox or ring sizes;
- *  - a same-namespace, other-namespace or defer answer needs a live entry:
- *    one whose lock is held (a dead entry never makes a client offer);
+ *  - a same-namespace, other-namespace, defer or unreachable answer needs
+ *    a live entry: one whose lock is held (a dead entry never makes a
+ *    client offer, nor keeps it on TCP);
  *  - registry_port_unlistened() says "nobody listens on the port" only
  *    when the lookup answered LM_NONE (the harness counts its entries as
  *    added listeners, as registry_listener_add() does);
@@ -110,7 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(!registry_port_unlistened(dirfd_, dst.port));
 	}
 	registry_listener_find(dirfd_, &dst, netns, &info);
-	FUZZ_CHECK(info.m >= LM_NONE && info.m <= LM_OTHER_NETNS);
+	FUZZ_CHECK(info.m >= LM_NONE && info.m <= LM_UNREACHABLE);
 	if (info.exclusive)
 		FUZZ_CHECK(info.m == LM_SAME_NETNS && info.offer.inbox != 0);
 	if (info.m == LM_NONE) {

@@ -218,6 +218,15 @@ static void seeds_registry(void)
 	entry_name(n2, sizeof(n2), 443, ns, &ten, 0, 202, 0xeeee, 0);
 	reg_line(&b, 0, n2);
 	save("fuzz_registry", "netns-defer-dead", &b);
+
+	/* the acceptor dropped privileges: its entry says unreachable */
+	b.n = 0;
+	reg_query(&b, 80, &lo, ns, 0);
+	entry_name(n1, sizeof(n1), 80, ns, &any4, 0, 300, 0xabab, 0);
+	entry_name(n2, sizeof(n2), 80, ns, &any4, LISTEN_F_UNREACHABLE, 300, 0xabab, 0);
+	reg_line(&b, 1, n1);
+	reg_line(&b, 1, n2);
+	save("fuzz_registry", "unreachable", &b);
 }
 
 /* ---- the data path ---- */
