@@ -103,10 +103,8 @@ int clc_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m, int *f
 
 	if (n < 0)
 		return -1;
-	if (n == 0) {
-		errno = EPROTO;
-		return -1;
-	}
+	/* descriptors first: whatever is rejected, what came with it is closed
+	 * (an empty datagram carrying some leaked them: found by fuzz_clc_recv) */
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
 		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
 			continue;
@@ -114,7 +112,7 @@ int clc_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m, int *f
 		for (int i = 0; i < k && ngot < CLC_MAX_FDS + 1; i++)
 			memcpy(&got[ngot++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
 	}
-	if ((mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) ||
+	if (n == 0 || (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) ||
 	    clc_parse(buf, (size_t)n, type, nonce, m) < 0 ||
 	    ngot != (m->hdr.type == CLC_DECLINE ? 0 : want)) {
 		sys_close_all(got, ngot);
