@@ -241,6 +241,11 @@ struct conn *conn_unbind_fd(int fd)
 	return c;
 }
 
+int fd_table_high(void)
+{
+	return atomic_load(&fd_high);
+}
+
 void conn_for_each_fd(void (*fn)(int fd, struct conn *c, void *arg), void *arg)
 {
 	int high = atomic_load(&fd_high);

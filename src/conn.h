@@ -198,6 +198,8 @@ void conn_note_bell(struct conn *c, int fd);
 void conn_bind_fd(struct conn *c, int fd);
 /* Forget @fd; returns its connection (reference transferred) or NULL. */
 struct conn *conn_unbind_fd(int fd);
+/* No descriptor above this number was ever known to the table. */
+int fd_table_high(void);
 /* Visit every bound descriptor (used by fork and exec handling). */
 void conn_for_each_fd(void (*fn)(int fd, struct conn *c, void *arg), void *arg);
 int conn_count(void);

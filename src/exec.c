@@ -133,9 +133,12 @@ int exec_with_handover(const struct exec_call *x, char *const envp[])
 		const char *file = target_of(x, target, sizeof(target));
 		char *const *env;
 
+		int loads = handover_target_loads_smclo(file, envp);
+
+		if (loads < 0)
+			return call_real(x, envp);      /* refused: nothing to hand over */
 		watch_before_exec();
-		env = handover_exec(envp, handover_target_loads_smclo(file, envp), env_out, n + 2,
-		                    record, sizeof(record), &undo);
+		env = handover_exec(envp, loads, env_out, n + 2, record, sizeof(record), &undo);
 		rc = call_real(x, env);
 		e = errno;
 		handover_undo(&undo);

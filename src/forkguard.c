@@ -3,7 +3,9 @@
  */
 #include "forkguard.h"
 
-#define GUARD_MAX 8
+#include <stdlib.h>
+
+#define GUARD_MAX 16
 
 static pthread_mutex_t *guarded[GUARD_MAX];
 static int n_guarded;
@@ -25,6 +27,7 @@ void fork_guard(pthread_mutex_t *m)
 {
 	if (n_guarded == 0)
 		pthread_atfork(lock_all, unlock_all, unlock_all);
-	if (n_guarded < GUARD_MAX)
-		guarded[n_guarded++] = m;
+	if (n_guarded == GUARD_MAX)
+		abort();        /* a lock left unguarded would deadlock some fork child */
+	guarded[n_guarded++] = m;
 }

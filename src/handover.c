@@ -180,7 +180,11 @@ int handover_target_loads_smclo(const char *path, char *const envp[])
 	struct stat st;
 	int fd, ok = 0;
 
-	if (!path || !env_has_our_preload(envp))
+	/* what the kernel will refuse to run: the exec fails, nothing changes */
+	if (!path || stat(path, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    faccessat(AT_FDCWD, path, X_OK, AT_EACCESS) < 0)
+		return -1;
+	if (!env_has_our_preload(envp))
 		return 0;
 	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -236,7 +240,13 @@ static int keep_across(struct exec_scan *x, int fd)
 		put_str(&o, "/fd/");
 		put_u64(&o, (unsigned long long)fd);
 		*o.p = '\0';
-		return (int)syscall(SYS_openat, AT_FDCWD, path, O_RDWR);
+		fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDWR);
+		if (fd >= 0 && fd <= 2) {       /* not where the program's stdio is */
+			int high = sys_fcntl(fd, F_DUPFD, 3);
+			sys_close(fd);
+			fd = high;
+		}
+		return fd;
 	}
 	if (fl < 0)
 		return -1;

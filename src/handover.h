@@ -45,7 +45,10 @@ struct handover_undo {
 
 /*
  * Will @path (an executable; NULL: not found) load this library when
- * executed with @envp?
+ * executed with @envp?  1 yes, 0 no, -1 the kernel will refuse to execute
+ * it at all (missing, not a regular file, not executable): then an exec
+ * must change nothing, as a caller trying one PATH entry after another
+ * goes on with its connections.
  */
 int handover_target_loads_smclo(const char *path, char *const envp[]);
 

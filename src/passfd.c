@@ -24,6 +24,7 @@
  */
 #include "passfd.h"
 
+#include "config.h"
 #include "conn.h"
 #include "handshake.h"
 #include "region.h"
@@ -51,7 +52,7 @@
 #include <unistd.h>
 
 #define PARCELS_MAX   64
-#define PARCEL_TTL_S  30        /* a receiver that never looked: give up */
+#define PARCEL_TTL_S  600       /* a receiver that never looked: give up */
 #define PASS_MAX      16        /* accelerated descriptors in one message */
 
 /* A parcel not taken yet: its connection counts the receiver as a holder. */
@@ -64,6 +65,19 @@ struct parcel {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct parcel parcels[PARCELS_MAX];
 static int n_parcels;
+
+/* A fork child starts with no parcel of its own (they are its parent's to
+ * settle) and the lock free (a thread of the parent may have held it). */
+static void passfd_after_fork_child(void)
+{
+	pthread_mutex_init(&lock, NULL);
+	n_parcels = 0;
+}
+
+__attribute__((constructor)) static void passfd_init(void)
+{
+	pthread_atfork(NULL, NULL, passfd_after_fork_child);
+}
 
 static void parcel_release(struct parcel *p, int taken)
 {
@@ -260,7 +274,10 @@ static int parcel_make(struct conn *c, int k, int e, int fds[2])
 	/* the region's inode ties the record to the descriptors of this message */
 	n = snprintf(rec, sizeof(rec), "msg %d %lu\n", e, (unsigned long)st.st_ino);
 	ok = handover_format(rec + n, sizeof(rec) - (size_t)n, c, k, off, k + 1, -1) > 0;
-	fd = ok ? openat(registry_fd, p->name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+	if (ok)
+		unlinkat(registry_fd, p->name, 0);      /* an older one, or a planted link */
+	fd = ok ? openat(registry_fd, p->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+	                 0600) : -1;
 	ok = fd >= 0 && write(fd, rec, strlen(rec)) == (ssize_t)strlen(rec);
 	if (fd >= 0)
 		sys_close(fd);
@@ -315,6 +332,7 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 	struct conn *conns[PASS_MAX];
 	int *where[PASS_MAX] = { 0 }, resets[PASS_MAX], extra[2 * PASS_MAX];
 	int n_resets = 0, n, n_made = 0, e = 0, smclo_peer;
+	char made[PASS_MAX][64];
 	ssize_t r;
 
 	memcpy(control, m->msg_control, m->msg_controllen);
@@ -338,6 +356,7 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 		if (!c || c->mode != MODE_SHM)
 			continue;
 		if (smclo_peer && parcel_possible(c) && parcel_make(c, 2 * n_made, e, &extra[2 * n_made]) == 0) {
+			snprintf(made[n_made], sizeof(made[0]), "%s", parcels[n_parcels - 1].name);
 			n_made++;
 			continue;
 		}
@@ -367,13 +386,19 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 	}
 	r = real(sock, &copy, flags);
 	if (r < 0 && n_made) {
+		/* not sent: take back this call's parcels, by name (other threads
+		 * may have added or swept some meanwhile) */
 		int err = errno;
 		pthread_mutex_lock(&lock);
-		for (int i = n_parcels - 1; i >= 0 && n_made; i--, n_made--) {
-			unlinkat(registry_fd, parcels[i].name, 0);
-			parcel_release(&parcels[i], 0);
-		}
+		for (int k = 0; k < n_made; k++)
+			for (int i = 0; i < n_parcels; i++)
+				if (!strcmp(parcels[i].name, made[k])) {
+					unlinkat(registry_fd, parcels[i].name, 0);
+					parcel_release(&parcels[i], 0);
+					break;
+				}
 		pthread_mutex_unlock(&lock);
+		n_made = 0;
 		errno = err;
 	}
 	for (int i = 0; i < n_resets; i++)
@@ -394,12 +419,14 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 static int parcel_fits(const char *rec, const int *fds, int n, int i, int *sh, int *region)
 {
 	const char *r = strchr(rec, '\n');
-	unsigned long rino;
+	unsigned long rino, ino;
 	struct stat st;
 	int e;
 
+	/* the record names the very socket that came, and state that came with it */
 	if (!r || sscanf(rec, "msg %d %lu\n", &e, &rino) != 2 || e <= 0 || e > n - i - 1 ||
-	    sscanf(r + 1, "%*[0-9],%d,%*[0-9],%d,", sh, region) != 2 ||
+	    sscanf(r + 1, "%lu,%d,%*[0-9],%d,", &ino, sh, region) != 3 ||
+	    fstat(fds[i], &st) < 0 || st.st_ino != ino ||
 	    *sh < 0 || *sh >= e || *region < 0 || *region >= e)
 		return -1;
 	*sh += n - e;
@@ -431,12 +458,19 @@ static int take_one(const int *fds, int n, int i)
 	}
 	while (!appended && (e = readdir(d))) {
 		int f, sh, region;
+		struct stat fst;
 		ssize_t len;
 
 		if (strncmp(e->d_name, prefix, strlen(prefix)))
 			continue;
 		snprintf(name, sizeof(name), "h/%s", e->d_name);
 		f = openat(registry_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		/* written by a user we may attach to, as everything else we take */
+		if (f >= 0 && (fstat(f, &fst) < 0 || !S_ISREG(fst.st_mode) ||
+		               !config_uid_allowed(&cfg, fst.st_uid))) {
+			sys_close(f);
+			f = -1;
+		}
 		len = f >= 0 ? read(f, rec, sizeof(rec) - 1) : -1;
 		if (f >= 0)
 			sys_close(f);

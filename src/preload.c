@@ -176,6 +176,7 @@ static void after_fork_parent(void)
 static void after_fork_child(void)
 {
 	sys_pid_forget();
+	(void)sys_getpid();     /* filled now: never left for a vfork child to fill */
 	if (!smclo_active)
 		return;
 	in_fork_wrapper = 0;
@@ -314,6 +315,7 @@ __attribute__((constructor)) static void smclo_init(void)
 	}
 	if (cfg.disabled)
 		return;
+	(void)sys_getpid();     /* cached by us, not by a vfork child (sys_in_vfork_child) */
 	if (fdtab_init() < 0) {
 		fprintf(stderr, "smclo: cannot allocate the descriptor table; acceleration disabled\n");
 		return;
@@ -514,11 +516,22 @@ EXPORT int close(int fd)
 	return real_close(fd);
 }
 
-/* close_range over [@first, @last], around the registry's descriptor. */
+/*
+ * close_range over [@first, @last], around the registry's descriptor; the
+ * connections and listeners among them are forgotten as close() would (a
+ * number the kernel hands out again must not still name a connection).
+ */
 static int close_range_keeping_registry(unsigned first, unsigned last, int flags)
 {
 	unsigned keep = (unsigned)registry_fd;
 	int rc = 0;
+
+	if (smclo_active && !(flags & CLOSE_RANGE_CLOEXEC)) {
+		int high = fd_table_high();
+		for (unsigned fd = first; fd <= last && (int)fd <= high; fd++)
+			if ((int)fd != registry_fd && (fd_flags((int)fd) || fd_has_conn((int)fd)))
+				forget_fd((int)fd);
+	}
 
 	if (!smclo_active || registry_fd < 0 || keep < first || keep > last || (flags & CLOSE_RANGE_CLOEXEC))
 		return (int)syscall(SYS_close_range, first, last, flags);

@@ -163,6 +163,14 @@ int registry_lock_create(int dirfd, const char *sub, const char *name)
 		close(fd);
 		return -1;
 	}
+	if (fd <= 2) {
+		/* held for the process's life: never as a closed stdin, stdout or
+		 * stderr, where the program's writes would land in it (the lock
+		 * belongs to the open file, and goes along) */
+		int high = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+		close(fd);
+		fd = high;
+	}
 	return fd;
 }
 
@@ -737,7 +745,7 @@ static int lock_dead(int dirfd, const char *sub, const char *name)
 	return registry_is_locked(dirfd, sub, name) == 0;
 }
 
-/* Rendezvous sockets and parcels (passfd.c) live for a handshake at most. */
+/* Rendezvous sockets live for a handshake at most. */
 static int minute_old(int dirfd, const char *sub, const char *name)
 {
 	char path[REGISTRY_PATH_MAX];
@@ -748,6 +756,17 @@ static int minute_old(int dirfd, const char *sub, const char *name)
 	/* a handshake is bounded by seconds; a minute-old file has no owner */
 	return fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	       time(NULL) - st.st_mtime > 60;
+}
+
+/* A parcel (passfd.c) waits for a receiver that may be slow: ten minutes. */
+static int parcel_stale(int dirfd, const char *sub, const char *name)
+{
+	char path[REGISTRY_PATH_MAX];
+	struct stat st;
+
+	return registry_entry_path(path, sub, name) == 0 &&
+	       fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       time(NULL) - st.st_mtime > 600;
 }
 
 static int inbox_dead(int dirfd, const char *sub, const char *name)
@@ -761,6 +780,6 @@ void registry_gc(int dirfd)
 {
 	gc_dir(dirfd, "l", lock_dead);
 	gc_dir(dirfd, "p", minute_old);
-	gc_dir(dirfd, "h", minute_old);
+	gc_dir(dirfd, "h", parcel_stale);
 	gc_dir(dirfd, "i", inbox_dead);
 }

@@ -214,8 +214,11 @@ struct conn_shared *conn_shared_adopt(int fd, uint32_t offset)
 	struct chunk *k;
 	struct stat st;
 
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	/* a memfd sealed at its size: nothing else can be mapped here */
 	if (offset % SLOT_SIZE || offset >= CHUNK_LEN || fstat(fd, &st) < 0 ||
-	    st.st_size != (off_t)CHUNK_LEN || (fcntl(fd, F_GET_SEALS) & need) != need ||
+	    st.st_size != (off_t)CHUNK_LEN || seals < 0 || (seals & need) != need ||
 	    !(k = calloc(1, sizeof(*k))))
 		return NULL;
 	k->base = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, page);
