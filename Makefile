@@ -5,7 +5,13 @@
 #   make demo     build, then run `smclo bench` (TCP loopback vs smclo)
 #   make test     build, install test dependencies if missing, run every test;
 #                 also compile a Release (-O3) build: some warnings (-Werror)
-#                 only show at -O3
+#                 only show at -O3; then the static analysis (make lint), the
+#                 pytest suite once more against an AddressSanitizer +
+#                 UndefinedBehaviorSanitizer build (make sanitize) and a
+#                 30-second run of every fuzzer
+#   make lint     cppcheck and gcc -fanalyzer over src/ (tools/lint.sh)
+#   make sanitize the tests against ASan+UBSan and ThreadSanitizer builds
+#   make fuzz     every libFuzzer harness for 10 minutes (tests/fuzz/run.sh)
 #   make bench    the benchmark suite against real programs (writes BENCHMARKS.md)
 #   make soak     a million connections through one server, 20 clients killed
 #                 with SIGKILL meanwhile: nothing may be left behind
@@ -13,9 +19,10 @@
 BUILD ?= build
 PYTHON ?= python3
 TEST_DEBS = redis-server redis-tools nginx-light wrk iperf3 sockperf curl socat postgresql \
-            python3-pytest liburing-dev iproute2 util-linux cmake ninja-build gcc strace
+            python3-pytest liburing-dev iproute2 util-linux cmake ninja-build gcc strace \
+            clang cppcheck
 
-.PHONY: all build release demo test unit pytest deps clean bench soak
+.PHONY: all build release demo test unit pytest deps clean bench soak lint sanitize fuzz fuzz-smoke
 
 all: build
 
@@ -53,6 +60,22 @@ test: deps
 	@$(MAKE) --no-print-directory release
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory pytest
+	@$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory sanitize
+	@$(MAKE) --no-print-directory fuzz-smoke
+
+lint:
+	bash tools/lint.sh
+
+sanitize: deps
+	sh tools/sanitize.sh
+	sh tools/sanitize.sh --tsan
+
+fuzz:
+	bash tests/fuzz/run.sh 600
+
+fuzz-smoke:
+	bash tests/fuzz/run.sh 30
 
 soak: deps build
 	cd tests/py && SMCLO_BUILD=$(abspath $(BUILD)) SMCLO_CHURN=1000000 SMCLO_CHURN_KILLS=20 \
@@ -64,4 +87,4 @@ bench: deps build
 	/usr/bin/python3 bench/run.py
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-release
+	rm -rf $(BUILD) $(BUILD)-release build-asan build-tsan build-fuzz

@@ -26,7 +26,7 @@
 int smclo_active;
 int fd_budget_small;
 int registry_fd = -1;
-int fd_options_shared;
+_Atomic int fd_options_shared;
 struct stats_totals *totals;
 
 struct fd_entry *fdtab;

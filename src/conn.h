@@ -134,7 +134,7 @@ extern struct stats_totals *totals;
  * this one made, so what the descriptor table knows of them (FDF_TIMEOUTS)
  * is no longer the whole story.
  */
-extern int fd_options_shared;
+extern _Atomic int fd_options_shared;
 
 /*
  * The descriptor table (conn.c): one entry per descriptor number.  The two

@@ -42,11 +42,14 @@ static ssize_t read_text(const char *path, char *buf, size_t size)
 
 int cpus_online(void)
 {
-	static int ncpu;
+	static _Atomic int ncpu;        /* threads may race to fill it, alike */
+	int n = atomic_load_explicit(&ncpu, memory_order_relaxed);
 
-	if (!ncpu)
-		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	return ncpu;
+	if (!n) {
+		n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+		atomic_store_explicit(&ncpu, n, memory_order_relaxed);
+	}
+	return n;
 }
 
 /* Whether a sample taken at *@at is older than @period; if so, the caller

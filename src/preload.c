@@ -1037,12 +1037,15 @@ EXPORT int fcntl(int fd, int cmd, ...)
 
 EXPORT int fcntl64(int fd, int cmd, ...)
 {
-	static int (*real_fcntl64)(int, int, ...);
+	static int (*cache)(int, int, ...);
+	int (*real_fcntl64)(int, int, ...) = __atomic_load_n(&cache, __ATOMIC_RELAXED);
 	va_list ap;
 	void *arg;
 
-	if (!real_fcntl64)
+	if (!real_fcntl64) {
 		real_fcntl64 = (int (*)(int, int, ...))dlsym(RTLD_NEXT, "fcntl64");
+		__atomic_store_n(&cache, real_fcntl64, __ATOMIC_RELAXED);
+	}
 	va_start(ap, cmd);
 	arg = va_arg(ap, void *);
 	va_end(ap);
