@@ -34,6 +34,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -472,6 +473,57 @@ static int parse_record(const char **s, struct record *r)
 	return 0;
 }
 
+/*
+ * glibc's stdio reads and writes through internal entries no preload
+ * library sees: a program that reads its handed-over stdin with fgets()
+ * would read the doorbells (end of file), one that printf()s would write
+ * raw bytes on the doorbell socket.  So stdin, stdout and stderr, when
+ * they are a connection taken over, become streams whose reads and writes
+ * come through smclo's own read() and write().
+ */
+static ssize_t stream_read(void *cookie, char *buf, size_t n)
+{
+	return read((int)(intptr_t)cookie, buf, n);
+}
+
+static ssize_t stream_write(void *cookie, const char *buf, size_t n)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t w = write((int)(intptr_t)cookie, buf + done, n - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return done ? (ssize_t)done : -1;
+		done += (size_t)w;
+	}
+	return (ssize_t)done;
+}
+
+static int stream_close(void *cookie)
+{
+	return close((int)(intptr_t)cookie);
+}
+
+static void stdio_through_smclo(int fd)
+{
+	cookie_io_functions_t io = { .read = stream_read, .write = stream_write,
+	                             .close = stream_close };
+	FILE *f = fopencookie((void *)(intptr_t)fd, fd == 0 ? "r" : "w", io);
+
+	if (!f)
+		return;
+	if (fd == 0)
+		stdin = f;
+	else if (fd == 1)
+		stdout = f;
+	else {
+		setvbuf(f, NULL, _IONBF, 0);
+		stderr = f;
+	}
+}
+
 struct adopt {
 	struct record *r;
 	struct conn *c;         /* NULL: its state did not arrive */
@@ -488,6 +540,8 @@ static void adopt_fd(int fd, void *arg)
 	a->found++;
 	if (a->c) {
 		conn_bind_fd(a->c, fd);
+		if (fd <= 2)
+			stdio_through_smclo(fd);
 		return;
 	}
 	if (totals)

@@ -72,3 +72,34 @@ def test_program_without_smclo_gets_a_reset(reg, procs):
     assert r.stdout.split() == ["reset"] * 5, r.stdout
     st = reg.stats()
     assert st["fallback_by_reason"]["exec-no-smclo"] == 5, st
+
+
+STDIO_CLIENT = r"""
+import socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1]))); c.settimeout(10)
+lines = b"".join(b"line %d of the request\n" % i for i in range(2000))
+c.sendall(lines); c.shutdown(socket.SHUT_WR)
+got = b""
+while True:
+    d = c.recv(65536)
+    if not d:
+        break
+    got += d
+print("match" if got == lines.upper() else "got %d of %d" % (len(got), len(lines)))
+"""
+
+
+@pytest.mark.parametrize("how", ["execl", "posix_spawn"])
+def test_stdio_service(reg, procs, how):
+    """A handler that reads its stdin with fgets() and writes with fputs():
+    stdio bypasses every interposed call, so a stdin and stdout taken over
+    are made streams that go through smclo (before, fgets() read the
+    doorbells as end of file)."""
+    port = free_port()
+    srv = procs.start([SERVER, str(port), how, str(TESTBIN / "stdio_upper")], reg.env)
+    wait_port(port, proc=srv)
+    for _ in range(5):
+        r = reg.run([PY, "-c", STDIO_CLIENT, str(port)], timeout=60)
+        assert r.stdout.split() == ["match"], r.stdout + r.stderr
+    st = reg.stats()
+    assert st["accelerated_client"] == 5 and sum(st["fallback_by_reason"].values()) == 0, st
