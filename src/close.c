@@ -157,6 +157,28 @@ int conn_shutdown(struct conn *c, int fd, int how)
 	return 0;
 }
 
+int conn_leave_at_exec(struct conn *c)
+{
+	if (c->mode != MODE_SHM)
+		return 0;
+	if (atomic_fetch_sub(&c->sh->holders, 1) == 1) {
+		publish_close(c, 0);
+		return 0;
+	}
+	return 1;
+}
+
+static void close_bound(int fd, struct conn *c, void *arg)
+{
+	conn_close_fd(fd);
+	sys_close(fd);
+}
+
+void conn_leave_all(void)
+{
+	conn_for_each_fd(close_bound, NULL);
+}
+
 void conn_reset_for_exec(int fd, int leave)
 {
 	/*

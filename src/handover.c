@@ -209,6 +209,8 @@ struct exec_scan {
 	struct conn *done[HANDOVER_MAX];
 	int n_reset;
 	struct conn *reset[HANDOVER_MAX];       /* counted once, whatever its descriptors */
+	int n_left;
+	struct conn *left[HANDOVER_MAX];        /* left behind at the exec (close-on-exec) */
 	struct handover_undo *undo;
 };
 
@@ -361,6 +363,25 @@ static void scan_one(int fd, void *arg)
 	conn_reset_for_exec(fd, !x->vfork_child);
 }
 
+/*
+ * A connection whose every descriptor is close-on-exec: the kernel closes
+ * them at the exec without a word to us, so this process says now that it
+ * no longer holds it (a forked child that execs would otherwise hold its
+ * parent's connections for ever: no CLOSED, no reset when the last goes).
+ */
+static void leave_closed_at_exec(int fd, struct conn *c, void *arg)
+{
+	struct exec_scan *x = arg;
+	struct handover_undo *u = x->undo;
+
+	if (c->mode != MODE_SHM || in(x->done, x->n, c) || in(x->reset, x->n_reset, c) ||
+	    in(x->left, x->n_left, c) || x->n_left == HANDOVER_MAX)
+		return;
+	x->left[x->n_left++] = c;
+	if (conn_leave_at_exec(c) && u->n_left < HANDOVER_MAX)
+		u->left[u->n_left++] = c->sh;
+}
+
 static char *const *env_with(char *const envp[], const char *entry, char **out, size_t cap)
 {
 	size_t n = 0;
@@ -392,6 +413,8 @@ char *const *handover_exec(char *const envp[], int loads_smclo, char **out, size
 	x.rec.end = buf + buflen - 1;
 	put_str(&x.rec, HANDOVER_ENV "=");
 	for_each_open_fd(scan_one, &x);
+	if (!x.vfork_child)
+		conn_for_each_fd(leave_closed_at_exec, &x);
 	if (!x.n)
 		return envp;
 	*x.rec.p = '\0';
@@ -405,6 +428,8 @@ void handover_undo(struct handover_undo *undo)
 		sys_fcntl(undo->cloexec_cleared[i], F_SETFD, FD_CLOEXEC);
 	for (int i = 0; i < undo->n_counted; i++)
 		atomic_fetch_sub(&undo->counted[i]->holders, 1);
+	for (int i = 0; i < undo->n_left; i++)
+		atomic_fetch_add(&undo->left[i]->holders, 1);
 	memset(undo, 0, sizeof(*undo));
 }
 

@@ -38,6 +38,8 @@ struct handover_undo {
 	int n_cleared;
 	struct conn_shared *counted[HANDOVER_MAX];   /* a holder more, for a vfork child */
 	int n_counted;
+	struct conn_shared *left[HANDOVER_MAX];      /* a holder less: closes at the exec */
+	int n_left;
 };
 
 /* Room for the environment entry of HANDOVER_MAX records. */

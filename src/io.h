@@ -98,5 +98,13 @@ void conn_mark_broken(struct conn *c);
  * of the process itself; not a vfork child, whose parent goes on with it).
  */
 void conn_reset_for_exec(int fd, int leave);
+/*
+ * @c's descriptors all close at the exec (close-on-exec): this process
+ * stops holding it, as a close() would say.  1 if another holder remains
+ * (the count can be given back if the exec fails), 0 if not.
+ */
+int conn_leave_at_exec(struct conn *c);
+/* Close every connection of this process (a spawn child whose exec failed). */
+void conn_leave_all(void);
 
 #endif

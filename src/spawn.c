@@ -18,6 +18,7 @@
 #include "exec.h"
 #include "forkguard.h"
 #include "interpose.h"
+#include "io.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -300,6 +301,7 @@ static void child(const struct spawn_req *r, const sigset_t *parent_mask, int re
 	}
 	while (write(report, &err, sizeof(err)) < 0 && errno == EINTR)
 		;
+	conn_leave_all();       /* counted as a holder by fork: say we are gone */
 	_exit(127);
 }
 
