@@ -68,8 +68,8 @@ lint:
 	bash tools/lint.sh
 
 sanitize: deps
-	sh tools/sanitize.sh
-	sh tools/sanitize.sh --tsan
+	PYTHON=$(PYTHON) sh tools/sanitize.sh
+	PYTHON=$(PYTHON) sh tools/sanitize.sh --tsan
 
 fuzz:
 	bash tests/fuzz/run.sh 600
