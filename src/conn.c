@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -25,6 +26,7 @@
 
 int smclo_active;
 int fd_budget_small;
+int fd_soft_limit = 1024;
 int registry_fd = -1;
 _Atomic int fd_options_shared;
 struct stats_totals *totals;
@@ -68,6 +70,7 @@ void fd_limit_changed(void)
 	hide_base = rl.rlim_cur > 64 && rl.rlim_cur != RLIM_INFINITY ?
 	            (int)(rl.rlim_cur / 2) : 512;
 	fd_budget_small = rl.rlim_cur < 512;
+	fd_soft_limit = rl.rlim_cur > INT_MAX ? INT_MAX : (int)rl.rlim_cur;
 }
 
 /* An entry about to be written: walks must reach it. */

@@ -128,6 +128,7 @@ extern int registry_fd;        /* -1 when the registry is unusable */
  * connections go lean (conn_go_lean): the doorbell socket is all they hold.
  */
 extern int fd_budget_small;
+extern int fd_soft_limit;      /* RLIMIT_NOFILE's soft limit, as last seen */
 extern struct stats_totals *totals;
 /*
  * Set at the first fork: another process may now set options on sockets

@@ -227,7 +227,14 @@ struct region *region_get(pid_t peer, uint32_t up, uint32_t down, int *memfd)
  */
 static int keep_hidden(int memfd)
 {
-	int h = fd_dup_hidden(memfd);
+	int h;
+
+	/* a server's descriptors are its capacity: an eighth of them at most
+	 * go to keeping regions for a hand-over (beyond, such a connection is
+	 * reset on exec rather than handed over) */
+	if (fd_budget_small || conn_count() * 8 > fd_soft_limit)
+		return -1;
+	h = fd_dup_hidden(memfd);
 
 	if (h >= 0 && !fd_is_hidden(h)) {
 		sys_close(h);
