@@ -168,17 +168,6 @@ int conn_leave_at_exec(struct conn *c)
 	return 1;
 }
 
-static void close_bound(int fd, struct conn *c, void *arg)
-{
-	conn_close_fd(fd);
-	sys_close(fd);
-}
-
-void conn_leave_all(void)
-{
-	conn_for_each_fd(close_bound, NULL);
-}
-
 void conn_reset_for_exec(int fd, int leave)
 {
 	/*

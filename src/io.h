@@ -104,7 +104,6 @@ void conn_reset_for_exec(int fd, int leave);
  * (the count can be given back if the exec fails), 0 if not.
  */
 int conn_leave_at_exec(struct conn *c);
-/* Close every connection of this process (a spawn child whose exec failed). */
-void conn_leave_all(void);
+
 
 #endif

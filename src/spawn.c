@@ -5,10 +5,11 @@
  * glibc starts these programs from a clone of its own that execs through an
  * internal execve, where the handover (handover.h) cannot run: the new
  * program would get a doorbell socket and read it as end-of-file.  So while
- * this process holds an accelerated connection they are done here, the
- * POSIX way: fork, apply the attributes and file actions, then exec through
- * exec_with_handover(), with the exec's error sent back over a pipe.  A
- * process without accelerated connections gets glibc's own (no fork cost).
+ * this process holds an accelerated connection they are done here, as
+ * glibc does them but with our exec: vfork, apply the attributes and file
+ * actions, then exec through exec_with_handover(), the error coming back
+ * through the memory the vfork child shares.  A process without
+ * accelerated connections gets glibc's own.
  *
  * File actions are opaque in glibc, so the posix_spawn_file_actions_*
  * calls are interposed to keep a copy of each list; a list made some other
@@ -17,8 +18,8 @@
 #include "conn.h"
 #include "exec.h"
 #include "forkguard.h"
+#include "handshake.h"
 #include "interpose.h"
-#include "io.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -283,12 +284,13 @@ struct spawn_req {
 	char *const *argv, *const *envp;
 };
 
-static void child(const struct spawn_req *r, const sigset_t *parent_mask, int report)
+/* In the vfork child: set up, exec; on failure leave the error in *@report. */
+static void child(const struct spawn_req *r, const sigset_t *parent_mask, volatile int *report)
 {
 	struct exec_call x = { .kind = r->search ? EXEC_SEARCH : EXEC_PATH, .path = r->file,
 	                       .argv = r->argv };
 	sigset_t all;
-	int err = 0;
+	int err;
 
 	sigfillset(&all);
 	err = apply_attr(r->attr, parent_mask);
@@ -299,41 +301,38 @@ static void child(const struct spawn_req *r, const sigset_t *parent_mask, int re
 		err = errno;
 		pthread_sigmask(SIG_SETMASK, &all, NULL);
 	}
-	while (write(report, &err, sizeof(err)) < 0 && errno == EINTR)
-		;
-	conn_leave_all();       /* counted as a holder by fork: say we are gone */
+	*report = err ? err : ENOEXEC;
 	_exit(127);
 }
 
-/* Fork, set up, exec; 0 with *pid, or the error number. */
+/*
+ * vfork, set up, exec; 0 with *pid, or the error number.  As glibc does
+ * it: the parent waits, suspended, until the child has exec'd or failed,
+ * and the child's error comes back through memory they share (a pipe
+ * would be inherited by a concurrent fork and keep us waiting for that
+ * child, or land on 0 or 1 when those are closed).  No fork handler runs:
+ * the handover counts the new program as a holder of what it hands over
+ * (a vfork child, handover.c), nothing else.  Pending connections are
+ * decided first, here: a vfork child may not decide them.
+ */
 static int spawn_forked(pid_t *pid, const struct spawn_req *r)
 {
+	volatile int err = 0;
 	sigset_t all, old;
-	int pipefd[2], err = 0, e;
-	ssize_t n;
 	pid_t p;
+	int e;
 
-	if (pipe2(pipefd, O_CLOEXEC) < 0)
-		return errno;
+	hs_resolve_all();
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
-	p = fork();
-	if (p == 0) {
-		sys_close(pipefd[0]);
-		child(r, &old, pipefd[1]);
-	}
+	p = vfork();
+	if (p == 0)
+		child(r, &old, &err);
 	e = errno;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	sys_close(pipefd[1]);
-	if (p < 0) {
-		sys_close(pipefd[0]);
+	if (p < 0)
 		return e;
-	}
-	do
-		n = read(pipefd[0], &err, sizeof(err));
-	while (n < 0 && errno == EINTR);
-	sys_close(pipefd[0]);
-	if (n == sizeof(err)) {         /* it did not get to exec: reap it, report */
+	if (err) {                      /* it did not get to exec: reap it, report */
 		while (waitpid(p, NULL, 0) < 0 && errno == EINTR)
 			;
 		return err;

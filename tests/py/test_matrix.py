@@ -92,9 +92,9 @@ BUGS = {}
 # * fork-early/-late/exec-*: each child closes its copy of the listener, so its
 #   entry dies with it and the parent stays the single, direct acceptor.
 # * spawn-helper: posix_spawn while the process holds an accelerated connection
-#   is a fork and an exec (src/spawn.c); the child's entry for the inherited,
-#   inheritable listener is kept across the exec, so the listener is shared
-#   while a helper lives: rendezvous.  subprocess uses vfork: no entry, direct.
+#   is a vfork and our exec (src/spawn.c), as subprocess's vfork: no fork
+#   handler adds an entry for the inherited listener, so it stays the
+#   process's own: direct.
 # * setuid: nobody cannot use root's registry (0700): before the uid changes the
 #   listener's entry is made again flagged unreachable, and clients take TCP at
 #   once with reason no-registry (commit "privilege drop after listen()").
@@ -143,7 +143,7 @@ daemon-close       direct         inbox          rendezvous      tcp
 daemon-closerange  direct         inbox          rendezvous      tcp
 rlimit-64          fits           fits           fits            tcp
 rlimit-256         accel          accel          rendezvous      tcp
-spawn-helper       no-direct      no-direct      rendezvous      tcp
+spawn-helper       direct         inbox          rendezvous      tcp
 subprocess-helper  direct         inbox          rendezvous      tcp
 client-fdpass      direct         inbox          rendezvous      tcp
 """
