@@ -191,6 +191,22 @@ EXPORT int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *
 	              (struct fa_op){ .kind = FA_CLOSEFROM, .fd = from });
 }
 
+/* An action we do not replay: the list goes to glibc's posix_spawn. */
+EXPORT int posix_spawn_file_actions_addtcsetpgrp_np(posix_spawn_file_actions_t *fa, int tcfd)
+{
+	REAL(posix_spawn_file_actions_addtcsetpgrp_np);
+	int rc = real_posix_spawn_file_actions_addtcsetpgrp_np(fa, tcfd);
+	struct fa_list *l;
+
+	if (rc == 0) {
+		pthread_mutex_lock(&fa_lock);
+		if ((l = fa_find(fa, 1)) != NULL)
+			l->unknown = 1;
+		pthread_mutex_unlock(&fa_lock);
+	}
+	return rc;
+}
+
 /* ---- in the child --------------------------------------------------------- */
 
 static int apply_op(const struct fa_op *op)
@@ -369,8 +385,9 @@ static int spawn_common(pid_t *pid, const char *file, int search,
 			r.nops = l->n;
 		}
 		pthread_mutex_unlock(&fa_lock);
-		/* an empty list we never saw is as good as none; another is glibc's */
-		if (!ops && l)
+		/* a list we could not copy, or one we never saw that holds
+		 * actions (made by copying bytes), is glibc's to run */
+		if (!ops && (l || fa->__used > 0))
 			return 0;
 	}
 	r.ops = ops;
