@@ -120,28 +120,37 @@ static void count_fork_holder(int fd, struct conn *c, void *arg)
 }
 
 /* After the fork, in the parent (@failed: no child) or the child. */
-static void fork_counts_settle(int failed, int in_child)
+static void fork_counts_settle(int failed, int in_child, int drop_refs)
 {
-	for (int i = 0; i < n_fork_counted; i++) {
-		struct conn *c = fork_counted[i];
+	struct conn **counted = fork_counted;
+	int n = n_fork_counted;
+
+	for (int i = 0; i < n; i++) {
+		struct conn *c = counted[i];
 
 		/* no child, or a thread closed every descriptor of it just before the fork */
 		if (failed || (in_child && c->fd_count == 0))
 			atomic_fetch_sub(&c->sh->holders, 1);
-		/*
-		 * Not in the child: the last reference would free the object,
-		 * and the locks that takes are still held by the fork guard
-		 * (its child handler may run after this one).  The child keeps
-		 * the object; what it points at is the parent's anyway.
-		 */
-		if (!in_child)
-			conn_put(c);
 	}
-	n_fork_counted = 0;
-	if (in_child)
+	if (in_child) {
+		/*
+		 * The child keeps the references: the last one would free the
+		 * object under locks the fork guard may still hold, and what it
+		 * points at is the parent's anyway.
+		 */
+		n_fork_counted = 0;
 		pthread_mutex_init(&fork_count_lock, NULL);
-	else
-		pthread_mutex_unlock(&fork_count_lock);
+		return;
+	}
+	/* the references are dropped after the lock is: freeing takes the
+	 * pool's lock, which a thread forking meanwhile holds (fork guard)
+	 * while it waits for ours */
+	fork_counted = NULL;
+	n_fork_counted = fork_counted_cap = 0;
+	pthread_mutex_unlock(&fork_count_lock);
+	for (int i = 0; drop_refs && i < n; i++)
+		conn_put(counted[i]);
+	free(counted);
 }
 
 /* A connection bound while the fork was on its way: counted by the child. */
@@ -169,8 +178,10 @@ static void before_fork(void)
 
 static void after_fork_parent(void)
 {
+	/* a fork that did not come through ours (daemon(), forkpty()): the
+	 * fork guard's locks may still be ours here, so the references stay */
 	if (smclo_active && !in_fork_wrapper)
-		fork_counts_settle(0, 0);       /* a fork that did not come through ours */
+		fork_counts_settle(0, 0, 0);
 }
 
 static void after_fork_child(void)
@@ -180,7 +191,7 @@ static void after_fork_child(void)
 	if (!smclo_active)
 		return;
 	in_fork_wrapper = 0;
-	fork_counts_settle(0, 1);
+	fork_counts_settle(0, 1, 0);
 	pairs_after_fork();
 	deferred_after_fork();
 	stats_forget_table();
@@ -292,7 +303,7 @@ EXPORT pid_t fork(void)
 		int e = errno;
 		in_fork_wrapper = 0;
 		if (smclo_active)
-			fork_counts_settle(pid < 0, 0);
+			fork_counts_settle(pid < 0, 0, 1);
 		errno = e;
 	}
 	return pid;
