@@ -496,8 +496,15 @@ static void forget_fd(int fd)
 	if (!smclo_active)
 		return;
 	f = fd_flags(fd);
-	if ((f || fd_has_conn(fd)) && sys_in_vfork_child())
-		return;         /* the parent's table: not ours to change */
+	/*
+	 * A vfork child must not end its parent's connection, listener, epoll
+	 * set or handshake.  Asked only then (a system call): a plain socket's
+	 * flags cleared by such a child only make the parent ask the kernel
+	 * again (FDF_KNOWN gone), so every other close goes without it.
+	 */
+	if ((fd_has_conn(fd) || (f & (FDF_LISTENING | FDF_EPOLL | FDF_WATCHED | FDF_PENDING))) &&
+	    sys_in_vfork_child())
+		return;
 	if (f & (FDF_WATCHED | FDF_EPOLL))
 		watch_fd_closed(fd);
 	if (f & FDF_PENDING)
