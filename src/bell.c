@@ -181,8 +181,9 @@ void bell_fill(struct conn *c, int fd)
 /*
  * A peer that claims ~2^62 doorbells and closes its end would have us count
  * every end-of-file recv() as one, for ever (found by tests/fuzz/fuzz_ring).
- * Every DRAIN_LOOK doorbells the drain asks whether the socket hung up, and
- * stops if it did: after a hang-up nothing it drains can matter.
+ * Every DRAIN_LOOK doorbells the drain asks whether the socket hung up or
+ * the peer shut its sending side (then recv() returns 0 for ever too), and
+ * stops if so: after that nothing it drains can matter.
  */
 #define DRAIN_LOOK 64
 
@@ -222,7 +223,7 @@ void bell_drain(struct conn *c, int fd, int keep_one)
 		}
 		sh->bells_drained = i + 1;
 		atomic_store_explicit(&c->tx->bells_drained, i + 1, memory_order_relaxed);
-		if (++drained % DRAIN_LOOK == 0 && (peer_hangup_flags(fd) & SH_PEER_GONE))
+		if (++drained % DRAIN_LOOK == 0 && peer_hangup_flags(fd))
 			break;
 	}
 }
