@@ -20,7 +20,7 @@ BUILD ?= build
 PYTHON ?= python3
 TEST_DEBS = redis-server redis-tools nginx-light wrk iperf3 sockperf curl socat postgresql \
             python3-pytest liburing-dev iproute2 util-linux cmake ninja-build gcc strace \
-            clang cppcheck
+            clang cppcheck python3-prometheus-client dpkg-dev lintian fakeroot
 
 .PHONY: all build release demo test unit pytest deps clean bench soak lint sanitize fuzz fuzz-smoke
 
