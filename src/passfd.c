@@ -30,6 +30,7 @@
 #include "region.h"
 #include "handover.h"
 #include "log.h"
+#include "peerinfo.h"
 #include "registry.h"
 #include "sys.h"
 
@@ -41,11 +42,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/inet_diag.h>
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
-#include <linux/sock_diag.h>
-#include <linux/unix_diag.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -169,43 +165,15 @@ static int settles_on_smclo(pid_t pid)
 	return 0;
 }
 
-/* The inode of the socket at the other end of unix socket @sock (sock_diag). */
-static unsigned long unix_peer_ino(int sock)
+/* peerinfo_each_socket: does a process holding the other end run smclo? */
+static int holder_lacks_smclo(int pid, unsigned long ino, void *arg)
 {
-	struct {
-		struct nlmsghdr nh;
-		struct unix_diag_req req;
-	} q = {
-		.nh = { .nlmsg_len = sizeof(q), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-		        .nlmsg_flags = NLM_F_REQUEST },
-		.req = { .sdiag_family = AF_UNIX, .udiag_states = ~0u, .udiag_show = UDIAG_SHOW_PEER,
-		         .udiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } },
-	};
-	struct stat st;
-	long buf[1024];
-	unsigned long peer = 0;
-	int nl;
-	ssize_t n;
+	const unsigned long *peer = arg;
 
-	if (fstat(sock, &st) < 0)
+	if (ino != *peer || settles_on_smclo(pid))
 		return 0;
-	q.req.udiag_ino = (unsigned)st.st_ino;
-	nl = sys_socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-	if (nl < 0)
-		return 0;
-	if (send(nl, &q, sizeof(q), 0) == sizeof(q) && (n = recv(nl, buf, sizeof(buf), 0)) > 0) {
-		struct nlmsghdr *h = (struct nlmsghdr *)buf;
-		if (NLMSG_OK(h, (size_t)n) && h->nlmsg_type == SOCK_DIAG_BY_FAMILY) {
-			struct unix_diag_msg *m = NLMSG_DATA(h);
-			struct rtattr *a = (struct rtattr *)(m + 1);
-			int len = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof(*m)));
-			for (; RTA_OK(a, len); a = RTA_NEXT(a, len))
-				if (a->rta_type == UNIX_DIAG_PEER)
-					peer = *(uint32_t *)RTA_DATA(a);
-		}
-	}
-	sys_close(nl);
-	return peer;
+	DBG("sendmsg: process %d holds the receiving end and has no smclo", pid);
+	return 1;
 }
 
 /*
@@ -217,39 +185,9 @@ static unsigned long unix_peer_ino(int sock)
  */
 static int receivers_run_smclo(int sock)
 {
-	unsigned long peer = unix_peer_ino(sock);
-	char want[40], path[600], link[64];
-	int ok = 1;
-	DIR *procs;
-	struct dirent *p;
+	unsigned long peer = peerinfo_unix_peer_ino(sock);
 
-	if (!peer || !(procs = opendir("/proc")))
-		return 1;
-	snprintf(want, sizeof(want), "socket:[%lu]", peer);
-	while (ok && (p = readdir(procs))) {
-		DIR *fds;
-		struct dirent *f;
-		int holds = 0;
-
-		if (p->d_name[0] < '1' || p->d_name[0] > '9')
-			continue;
-		snprintf(path, sizeof(path), "/proc/%s/fd", p->d_name);
-		if (!(fds = opendir(path)))
-			continue;
-		while (!holds && (f = readdir(fds))) {
-			ssize_t n;
-			snprintf(path, sizeof(path), "/proc/%s/fd/%s", p->d_name, f->d_name);
-			n = readlink(path, link, sizeof(link) - 1);
-			holds = n > 0 && (link[n] = '\0', !strcmp(link, want));
-		}
-		closedir(fds);
-		if (holds && !settles_on_smclo(atoi(p->d_name))) {
-			DBG("sendmsg: process %s holds the receiving end and has no smclo", p->d_name);
-			ok = 0;
-		}
-	}
-	closedir(procs);
-	return ok;
+	return !peer || !peerinfo_each_socket(holder_lacks_smclo, &peer);
 }
 
 /*
