@@ -115,10 +115,12 @@ int registry_open(const char *dir, int is_default, char *err, size_t errlen)
 	dir_owner = st.st_uid;
 	dir_mode = st.st_mode & 07777;
 	for (size_t i = 0; i < sizeof(subdirs) / sizeof(subdirs[0]); i++) {
-		/* a shared directory passes its permissions on to what we create */
-		if (mkdirat(dfd, subdirs[i], 0700) == 0)
-			fchmodat(dfd, subdirs[i], st.st_mode & 07777, 0);
-		else if (errno != EEXIST) {
+		/* a shared directory passes its permissions on to what we create;
+		 * a subdirectory left at 0700 would shut the other users out */
+		if (mkdirat(dfd, subdirs[i], 0700) == 0 &&
+		    fchmodat(dfd, subdirs[i], st.st_mode & 07777, 0) == 0)
+			continue;
+		if (errno != EEXIST) {
 			snprintf(err, errlen, "registry %s/%s: %s", dir, subdirs[i], strerror(errno));
 			close(dfd);
 			return -1;
