@@ -428,12 +428,11 @@ int cmd_bench(int argc, char **argv)
 	if (seconds <= 0 || seconds > 60 || runs < 1 || runs > 50 || msg < 1 || msg > (1 << 20))
 		return usage_error("bench: --seconds 0..60, --runs 1..50, --size 1..1048576");
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0 || self_dir(lib, sizeof(lib) - 16) < 0)
+	if (n <= 0)
 		return usage_error("bench: cannot find my own location");
 	self[n] = '\0';
-	strcat(lib, "/libsmclo.so");
-	if (access(lib, R_OK) != 0)
-		return usage_error("bench: %s is missing (run make)", lib);
+	if (find_library(lib, sizeof(lib)) < 0)
+		return usage_error("bench: libsmclo.so is missing: %s (run make)", lib);
 	/* where the default registry lives: in memory, not on disk */
 	snprintf(regdir, sizeof(regdir), "%s/smclo-bench-XXXXXX",
 	         access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");

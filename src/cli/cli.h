@@ -18,4 +18,15 @@ int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Directory holding the smclo binary (to find libsmclo.so beside it). */
 int self_dir(char *out, size_t len);
 
+/* The library `smclo run` preloads: installed place first, then the build
+ * tree (run.c).  0 and its path, or -1 and the places tried, in @out. */
+int find_library(char *out, size_t len);
+
+/* Find a program as execvp() would (inspect.c). */
+int resolve_program(const char *file, char *out, size_t len);
+
+/* Warn on stderr if the preload library cannot work in the program
+ * @file run with @argv: static, Go, set-ID, LD_PRELOAD dropped (inspect.c). */
+void inspect_program(const char *file, char *const argv[]);
+
 #endif

@@ -3,13 +3,16 @@
  */
 #include "cli.h"
 
+#include "version.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 static const char usage[] =
-	"usage: smclo run [-r SIZE] [-t SIZE] [-d DIR] [-v] -- PROGRAM [ARGS...]\n"
+	"usage: smclo --version\n"
+	"       smclo run [-r SIZE] [-t SIZE] [-d DIR] [-v] -- PROGRAM [ARGS...]\n"
 	"       smclo stat [--json]        live connections: mode, fallback reason, bytes\n"
 	"       smclo stats [--json] [--reset]   totals since the registry was created\n"
 	"       smclo bench [--seconds N] [--size BYTES]   TCP loopback vs smclo\n"
@@ -50,6 +53,10 @@ int main(int argc, char **argv)
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		fputs(usage, argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
+	}
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+		printf("smclo %s\n", SMCLO_VERSION);
+		return 0;
 	}
 	if (!strcmp(argv[1], "run"))
 		return cmd_run(argc - 1, argv + 1);
