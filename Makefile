@@ -15,14 +15,25 @@
 #   make bench    the benchmark suite against real programs (writes BENCHMARKS.md)
 #   make soak     a million connections through one server, 20 clients killed
 #                 with SIGKILL meanwhile: nothing may be left behind
+#   make install  the command, library, man page and smclo.pc under PREFIX
+#                 (default /usr/local), staged under DESTDIR if given
+#   make uninstall  removes exactly what make install put there (same PREFIX,
+#                 DESTDIR): the list it wrote in PREFIX/share/smclo
+#   make deb      smclo_<version>_<arch>.deb (packaging/deb.sh), checked by lintian
 
 BUILD ?= build
 PYTHON ?= python3
+PREFIX ?= /usr/local
+DESTDIR ?=
+DEB_DIR ?= .
+# what make install put under PREFIX, one path a line (without DESTDIR)
+MANIFEST = $(DESTDIR)$(PREFIX)/share/smclo/installed-files
 TEST_DEBS = redis-server redis-tools nginx-light wrk iperf3 sockperf curl socat postgresql \
             python3-pytest liburing-dev iproute2 util-linux cmake ninja-build gcc strace \
             clang cppcheck python3-prometheus-client dpkg-dev lintian fakeroot
 
-.PHONY: all build release demo test unit pytest deps clean bench soak lint sanitize fuzz fuzz-smoke
+.PHONY: all build release demo test unit pytest deps clean bench soak lint sanitize fuzz fuzz-smoke \
+        install uninstall deb
 
 all: build
 
@@ -37,6 +48,31 @@ release:
 
 demo: build
 	$(BUILD)/smclo bench
+
+# Install from the build tree as it is (built first if it is not): nothing is
+# configured again, so `sudo make install` after `make` compiles nothing; the
+# prefix is given to the install step alone (the command finds its library
+# relative to itself, smclo.pc is written for this prefix).  The list of
+# files installed is kept in the installed tree, so make uninstall needs
+# only the same PREFIX and DESTDIR, not this build tree.
+install:
+	@[ -f $(BUILD)/CMakeCache.txt ] || $(MAKE) --no-print-directory build
+	cmake --build $(BUILD)
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
+	@mkdir -p "$(dir $(MANIFEST))"
+	@{ cat $(BUILD)/install_manifest.txt; echo; echo "$(PREFIX)/share/smclo/installed-files"; } \
+		| sed '/^$$/d' > "$(MANIFEST)"
+	@echo "installed $$(wc -l < "$(MANIFEST)") files under $(DESTDIR)$(PREFIX); list: $(MANIFEST)"
+
+uninstall:
+	@[ -f "$(MANIFEST)" ] || { echo "make uninstall: no $(MANIFEST): nothing installed" \
+		"there by make install (give the PREFIX and DESTDIR it was given)" >&2; exit 1; }
+	@while IFS= read -r f; do rm -f -- "$(DESTDIR)$$f" && echo "removed $(DESTDIR)$$f"; \
+		done < "$(MANIFEST)"
+	@rmdir "$(DESTDIR)$(PREFIX)/share/smclo"
+
+deb:
+	sh packaging/deb.sh $(BUILD)-deb $(DEB_DIR)
 
 # Install only what is missing; apt-get update only when something is.
 deps:
@@ -87,4 +123,4 @@ bench: deps build
 	/usr/bin/python3 bench/run.py
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-release build-asan build-tsan build-fuzz
+	rm -rf $(BUILD) $(BUILD)-release $(BUILD)-deb build-asan build-tsan build-fuzz
