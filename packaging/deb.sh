@@ -94,6 +94,6 @@ dpkg-deb --root-owner-group -Zxz --build "$STAGE" "$DEB" >/dev/null
 echo "deb: $DEB ($(du -k "$DEB" | cut -f1) KiB; Depends: $DEPENDS)"
 if command -v lintian >/dev/null 2>&1; then
 	echo "deb: lintian $DEB" >&2
-	lintian --info --display-info --pedantic "$DEB" ||
+	lintian --info --display-info --pedantic --fail-on error,warning "$DEB" ||
 		{ echo "deb: lintian found problems" >&2; exit 1; }
 fi
