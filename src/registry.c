@@ -148,6 +148,51 @@ void registry_entry_remove(int dirfd, const char *sub, const char *name)
 		unlinkat(dirfd, path, 0);
 }
 
+/* Take back a file just created: remove @path, close @fd; -1, errno kept. */
+static int uncreate(int dirfd, const char *path, int fd)
+{
+	int e = errno;
+
+	unlinkat(dirfd, path, 0);
+	close(fd);
+	errno = e;
+	return -1;
+}
+
+/* Create @path (it must not exist yet), writable by us only, and lock it. */
+static int create_locked(int dirfd, const char *path, struct flock *fl)
+{
+	int fd = openat(dirfd, path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return -1;
+	fchmod(fd, file_mode & ~(mode_t)022);   /* others read them, only we write */
+	return fcntl(fd, F_OFD_SETLK, fl) == 0 ? fd : uncreate(dirfd, path, fd);
+}
+
+/*
+ * Make @path locked from its first moment: under a temporary name
+ * (".new.<random>", which registry_gc leaves alone), locked, then renamed.
+ * Between a plain create and its lock, anyone tidying the registry
+ * (registry_gc, a client looking for listeners, a process folding dead
+ * tables) takes the entry for a dead owner's and removes it: a listener
+ * clients never find, a table `smclo stat` never lists.  -1 (errno) on
+ * failure; EINVAL: the filesystem cannot rename without replacing.
+ */
+static int create_locked_renamed(int dirfd, const char *sub, const char *path,
+                                 struct flock *fl)
+{
+	char tmp[REGISTRY_PATH_MAX], name[40];
+	int fd;
+
+	snprintf(name, sizeof(name), ".new.%016llx", (unsigned long long)registry_random64());
+	if (registry_entry_path(tmp, sub, name) < 0 || (fd = create_locked(dirfd, tmp, fl)) < 0)
+		return -1;
+	if (renameat2(dirfd, tmp, dirfd, path, RENAME_NOREPLACE) == 0)
+		return fd;
+	return uncreate(dirfd, tmp, fd);
+}
+
 int registry_lock_create(int dirfd, const char *sub, const char *name)
 {
 	char path[REGISTRY_PATH_MAX];
@@ -156,15 +201,11 @@ int registry_lock_create(int dirfd, const char *sub, const char *name)
 
 	if (registry_entry_path(path, sub, name) < 0)
 		return -1;
-	fd = openat(dirfd, path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+	fd = create_locked_renamed(dirfd, sub, path, &fl);
+	if (fd < 0 && errno == EINVAL)
+		fd = create_locked(dirfd, path, &fl);   /* with the window, then */
 	if (fd < 0)
 		return -1;
-	fchmod(fd, file_mode & ~(mode_t)022);   /* others read them, only we write */
-	if (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
-		unlinkat(dirfd, path, 0);
-		close(fd);
-		return -1;
-	}
 	if (fd <= 2) {
 		/* held for the process's life: never as a closed stdin, stdout or
 		 * stderr, where the program's writes would land in it (the lock
@@ -732,6 +773,8 @@ static int remove_if_dead(int dirfd, const char *sub, const char *name, void *ar
 {
 	int (*dead)(int, const char *, const char *) = arg;
 
+	if (name[0] == '.')
+		return 0;       /* an entry being made (create_locked_renamed) */
 	if (dead(dirfd, sub, name))
 		registry_entry_remove(dirfd, sub, name);
 	return 0;
