@@ -372,6 +372,34 @@ static int match_listener(int dirfd, const char *sub, const char *name, void *ar
 	return 0;
 }
 
+struct listeners_each {
+	void (*fn)(const struct registry_listener *, void *);
+	void *arg;
+};
+
+static int visit_listener(int dirfd, const char *sub, const char *name, void *arg)
+{
+	struct listeners_each *e = arg;
+	struct listener_name l;
+	struct registry_listener r;
+
+	if (parse_listener_name(name, &l) < 0 || registry_is_locked(dirfd, sub, name) != 1)
+		return 0;
+	r = (struct registry_listener){ .addr = l.ip, .flags = l.flags, .pid = l.pid,
+	                                .netns = l.netns, .offer = l.offer };
+	r.addr.port = (uint16_t)l.port;
+	e->fn(&r, e->arg);
+	return 0;
+}
+
+void registry_listeners_each(int dirfd, void (*fn)(const struct registry_listener *, void *),
+                             void *arg)
+{
+	struct listeners_each e = { fn, arg };
+
+	registry_for_each(dirfd, "l", visit_listener, &e);
+}
+
 /*
  * Answers are cached: every connect() would otherwise list l/ and parse
  * every name in it.  An answer holds while l/ has not changed (its mtime

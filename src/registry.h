@@ -111,6 +111,17 @@ struct listener_info {
 };
 void registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns,
                             struct listener_info *info);
+/* A live listener entry, as `smclo stat --listening` lists it. */
+struct registry_listener {
+	struct ep addr;         /* the address it listens on, and the port */
+	unsigned flags;         /* LISTEN_F_* */
+	int pid;
+	uint64_t netns;
+	struct listener_offer offer;
+};
+/* Call @fn for every listener entry whose owner still holds it. */
+void registry_listeners_each(int dirfd, void (*fn)(const struct registry_listener *, void *),
+                             void *arg);
 /*
  * 1 if this process's last look found no listener entry at all on @port
  * and no listener has been added to the registry since: the answer
