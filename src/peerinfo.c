@@ -25,97 +25,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/*
- * Send one sock_diag request (@req, @len bytes, a netlink header first) and
- * return the payload of the answer in @buf, or NULL: an exact lookup gets
- * one message, or an error when there is no such socket.
- */
-static void *diag_ask(const void *req, size_t len, long *buf, size_t buflen, size_t *plen)
-{
-	struct nlmsghdr *h = (struct nlmsghdr *)buf;
-	int nl = sys_socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-	ssize_t n = -1;
-
-	if (nl < 0)
-		return NULL;
-	if (sys_send(nl, req, len, 0) == (ssize_t)len)
-		n = sys_recv(nl, buf, buflen, 0);
-	sys_close(nl);
-	if (n <= 0 || !NLMSG_OK(h, (size_t)n) || h->nlmsg_type != SOCK_DIAG_BY_FAMILY)
-		return NULL;
-	*plen = h->nlmsg_len - NLMSG_LENGTH(0);
-	return NLMSG_DATA(h);
-}
-
-unsigned long peerinfo_unix_peer_ino(int sock)
-{
-	struct {
-		struct nlmsghdr nh;
-		struct unix_diag_req req;
-	} q = {
-		.nh = { .nlmsg_len = sizeof(q), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-		        .nlmsg_flags = NLM_F_REQUEST },
-		.req = { .sdiag_family = AF_UNIX, .udiag_states = ~0u, .udiag_show = UDIAG_SHOW_PEER,
-		         .udiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } },
-	};
-	struct stat st;
-	long buf[1024];
-	size_t len;
-	struct unix_diag_msg *m;
-
-	if (fstat(sock, &st) < 0)
-		return 0;
-	q.req.udiag_ino = (unsigned)st.st_ino;
-	if (!(m = diag_ask(&q, sizeof(q), buf, sizeof(buf), &len)) || len < sizeof(*m))
-		return 0;
-	struct rtattr *a = (struct rtattr *)(m + 1);
-	int alen = (int)(len - NLMSG_ALIGN(sizeof(*m)));
-	for (; RTA_OK(a, alen); a = RTA_NEXT(a, alen))
-		if (a->rta_type == UNIX_DIAG_PEER)
-			return *(uint32_t *)RTA_DATA(a);
-	return 0;
-}
-
-/* @e into a sock_diag address: the IPv4 one for a v4-mapped endpoint. */
-static int diag_addr(const struct ep *e, uint32_t out[4])
-{
-	memset(out, 0, 16);
-	if (ep_is_v4(e)) {
-		memcpy(out, e->ip + 12, 4);
-		return AF_INET;
-	}
-	memcpy(out, e->ip, 16);
-	return AF_INET6;
-}
-
-unsigned long peerinfo_tcp_ino(const struct ep *local, const struct ep *remote)
-{
-	struct {
-		struct nlmsghdr nh;
-		struct inet_diag_req_v2 req;
-	} q = {
-		.nh = { .nlmsg_len = sizeof(q), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-		        .nlmsg_flags = NLM_F_REQUEST },
-		.req = { .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~0u,
-		         .id = { .idiag_sport = htons(local->port), .idiag_dport = htons(remote->port),
-		                 .idiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } } },
-	};
-	long buf[1024];
-	size_t len;
-	struct inet_diag_msg *m;
-
-	q.req.sdiag_family = (uint8_t)diag_addr(local, q.req.id.idiag_src);
-	if (diag_addr(remote, q.req.id.idiag_dst) != q.req.sdiag_family)
-		return 0;
-	if (!(m = diag_ask(&q, sizeof(q), buf, sizeof(buf), &len)) || len < sizeof(*m))
-		return 0;
-	/* with no such connection the kernel's lookup may answer with the
-	 * listener on that port: not the other end */
-	if (m->id.idiag_dport != q.req.id.idiag_dport)
-		return 0;
-	return m->idiag_inode;
-}
-
 /* The socket inode /proc/<pid>/fd/<fd> links to, 0 if it is no socket. */
 static unsigned long fd_socket_ino(const char *pid, const char *fd)
 {
@@ -131,6 +40,180 @@ static unsigned long fd_socket_ino(const char *pid, const char *fd)
 	if (sscanf(link, "socket:[%lu]", &ino) != 1)
 		return 0;
 	return ino;
+}
+
+typedef void (*diag_fn)(const void *msg, size_t len, void *arg);
+
+/* Hand @fn every answer of one datagram; 1 once the answer is complete. */
+static int diag_messages(const long *buf, ssize_t n, diag_fn fn, void *arg)
+{
+	const struct nlmsghdr *h = (const struct nlmsghdr *)buf;
+	size_t left = (size_t)n;
+
+	for (; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+		if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR)
+			return 1;
+		if (h->nlmsg_type == SOCK_DIAG_BY_FAMILY)
+			fn(NLMSG_DATA(h), h->nlmsg_len - NLMSG_LENGTH(0), arg);
+		if (!(h->nlmsg_flags & NLM_F_MULTI))
+			return 1;       /* an exact look-up: one answer */
+	}
+	return 0;
+}
+
+/*
+ * Send one sock_diag request (@req, @len bytes, a netlink header first) and
+ * hand @fn each socket of the answer: one for an exact look-up (none when
+ * there is no such socket), any number for a dump.  @buf of @buflen bytes
+ * holds one datagram of the answer.  -1 if the kernel could not be asked.
+ */
+static int diag_query(const void *req, size_t len, long *buf, size_t buflen, diag_fn fn,
+                      void *arg)
+{
+	int nl = sys_socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	int rc = -1;
+	ssize_t n;
+
+	if (nl < 0)
+		return -1;
+	if (sys_send(nl, req, len, 0) == (ssize_t)len)
+		while ((n = sys_recv(nl, buf, buflen, 0)) > 0)
+			if (rc = 0, diag_messages(buf, n, fn, arg))
+				break;
+	sys_close(nl);
+	return rc;
+}
+
+static void unix_peer_of(const void *msg, size_t len, void *arg)
+{
+	const struct unix_diag_msg *m = msg;
+	const struct rtattr *a = (const struct rtattr *)(m + 1);
+	int alen = (int)len - (int)NLMSG_ALIGN(sizeof(*m));
+
+	for (; alen > 0 && RTA_OK(a, alen); a = RTA_NEXT(a, alen))
+		if (a->rta_type == UNIX_DIAG_PEER)
+			*(unsigned long *)arg = *(const uint32_t *)RTA_DATA(a);
+}
+
+unsigned long peerinfo_unix_peer_ino(int sock)
+{
+	struct {
+		struct nlmsghdr nh;
+		struct unix_diag_req req;
+	} q = {
+		.nh = { .nlmsg_len = sizeof(q), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+		        .nlmsg_flags = NLM_F_REQUEST },
+		.req = { .sdiag_family = AF_UNIX, .udiag_states = ~0u, .udiag_show = UDIAG_SHOW_PEER,
+		         .udiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } },
+	};
+	struct stat st;
+	long buf[1024];
+	unsigned long peer = 0;
+
+	if (fstat(sock, &st) < 0)
+		return 0;
+	q.req.udiag_ino = (unsigned)st.st_ino;
+	diag_query(&q, sizeof(q), buf, sizeof(buf), unix_peer_of, &peer);
+	return peer;
+}
+
+/* A sock_diag address as an endpoint (IPv4 ones v4-mapped). */
+static void ep_of_diag(struct ep *e, int family, const __be32 addr[4], __be16 port)
+{
+	memset(e, 0, sizeof(*e));
+	if (family == AF_INET) {
+		e->ip[10] = e->ip[11] = 0xff;
+		memcpy(e->ip + 12, addr, 4);
+	} else {
+		memcpy(e->ip, addr, 16);
+	}
+	e->port = ntohs(port);
+}
+
+struct tcp_list {
+	struct peerinfo_tcp *v;
+	int n, cap, failed;
+};
+
+static void tcp_add(const void *msg, size_t len, void *arg)
+{
+	const struct inet_diag_msg *m = msg;
+	struct tcp_list *l = arg;
+	struct peerinfo_tcp *t;
+
+	if (len < sizeof(*m) || !m->idiag_inode || l->failed)
+		return;         /* no inode: an orphan, nobody holds it */
+	if (l->n == l->cap) {
+		int cap = l->cap ? 2 * l->cap : 256;
+		t = realloc(l->v, (size_t)cap * sizeof(*t));
+		if (!t) {
+			l->failed = 1;
+			return;
+		}
+		l->v = t;
+		l->cap = cap;
+	}
+	t = &l->v[l->n++];
+	t->ino = m->idiag_inode;
+	ep_of_diag(&t->local, m->idiag_family, m->id.idiag_src, m->id.idiag_sport);
+	ep_of_diag(&t->remote, m->idiag_family, m->id.idiag_dst, m->id.idiag_dport);
+}
+
+int peerinfo_tcp_list(struct peerinfo_tcp **out)
+{
+	struct {
+		struct nlmsghdr nh;
+		struct inet_diag_req_v2 req;
+	} q = {
+		.nh = { .nlmsg_len = sizeof(q), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+		        .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP },
+		.req = { .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~(1u << 10) /* TCP_LISTEN */ },
+	};
+	const size_t buflen = 64 << 10;     /* the kernel sizes dump datagrams by what we read */
+	struct tcp_list l = { 0 };
+	long *buf = malloc(buflen);
+	int rc = 0;
+
+	if (!buf)
+		return -1;
+	q.req.sdiag_family = AF_INET;
+	rc |= diag_query(&q, sizeof(q), buf, buflen, tcp_add, &l);
+	q.req.sdiag_family = AF_INET6;
+	rc |= diag_query(&q, sizeof(q), buf, buflen, tcp_add, &l);
+	free(buf);
+	if (rc < 0 || l.failed) {
+		free(l.v);
+		return -1;
+	}
+	*out = l.v;
+	return l.n;
+}
+
+const struct peerinfo_tcp *peerinfo_tcp_by_ino(const struct peerinfo_tcp *list, int n,
+                                               unsigned long ino)
+{
+	for (int i = 0; i < n; i++)
+		if (list[i].ino == ino)
+			return &list[i];
+	return NULL;
+}
+
+const struct peerinfo_tcp *peerinfo_tcp_by_ends(const struct peerinfo_tcp *list, int n,
+                                                const struct ep *local, const struct ep *remote)
+{
+	for (int i = 0; i < n; i++)
+		if (ep_equal(&list[i].local, local) && ep_equal(&list[i].remote, remote))
+			return &list[i];
+	return NULL;
+}
+
+unsigned long peerinfo_fd_ino(int pid, int fd)
+{
+	char p[16], f[16];
+
+	snprintf(p, sizeof(p), "%d", pid);
+	snprintf(f, sizeof(f), "%d", fd);
+	return pid > 0 && fd >= 0 ? fd_socket_ino(p, f) : 0;
 }
 
 static int each_socket_of(const char *pid, peerinfo_socket_fn fn, void *arg)

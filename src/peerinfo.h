@@ -17,12 +17,27 @@
 /* The inode of the socket at the other end of unix socket @sock; 0 if unknown. */
 unsigned long peerinfo_unix_peer_ino(int sock);
 
+/* A TCP socket of this network namespace: its inode and both ends. */
+struct peerinfo_tcp {
+	unsigned long ino;
+	struct ep local, remote;
+};
 /*
- * The inode of the TCP socket of this network namespace whose own end is
- * @local and whose other end is @remote; 0 if there is none (or it belongs
- * to no descriptor any more: an orphan still closing).
+ * Every TCP socket of this network namespace that a descriptor holds (not
+ * listeners, nor orphans still closing), IPv4 and IPv6, in *@out (malloc'd,
+ * the caller frees it).  Returns how many, or -1.  One dump serves any
+ * number of look-ups: `smclo stat` may list thousands of connections.
  */
-unsigned long peerinfo_tcp_ino(const struct ep *local, const struct ep *remote);
+int peerinfo_tcp_list(struct peerinfo_tcp **out);
+/* The socket of inode @ino in @list; NULL if not there. */
+const struct peerinfo_tcp *peerinfo_tcp_by_ino(const struct peerinfo_tcp *list, int n,
+                                               unsigned long ino);
+/* The socket of @list with these ends (the other end of a connection: swap them). */
+const struct peerinfo_tcp *peerinfo_tcp_by_ends(const struct peerinfo_tcp *list, int n,
+                                                const struct ep *local, const struct ep *remote);
+
+/* The inode of the socket descriptor @fd of process @pid holds; 0 if none or not readable. */
+unsigned long peerinfo_fd_ino(int pid, int fd);
 
 /*
  * Call @fn(pid, inode, @arg) for every socket descriptor of every process
