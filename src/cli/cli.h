@@ -29,4 +29,17 @@ int resolve_program(const char *file, char *out, size_t len);
  * @file run with @argv: static, Go, set-ID, LD_PRELOAD dropped (inspect.c). */
 void inspect_program(const char *file, char *const argv[]);
 
+struct smclo_config;
+struct stats_totals;
+/*
+ * stat.c: open the registry the environment names (SMCLO_DIR), map this
+ * user's totals and tidy it (cli_registry_tidy); a usage error (2) if it
+ * cannot be used.
+ */
+int cli_registry_open(struct smclo_config *c, int *dirfd, struct stats_totals **tot);
+/* Fold tables of dead processes into @tot and remove entries nobody holds. */
+void cli_registry_tidy(int dirfd, struct stats_totals *tot);
+/* Print @s to stdout as a JSON string, quoted and escaped. */
+void json_string(const char *s);
+
 #endif
