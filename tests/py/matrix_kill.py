@@ -4,6 +4,16 @@ end (the victim) with SIGKILL.
 
     matrix_kill.py server PATTERN PORT survivor|victim
     matrix_kill.py client PORT survivor|victim KIND...
+    matrix_kill.py client PORT echo-survivor [--greet] KIND...
+    matrix_kill.py client PORT echo-victim [--greet] idle|flood...
+
+The echo-* roles face the echo servers of matrix_server.py (every pattern of
+the matrix; test_matrix.py's test_kill_pattern): each connection first
+trades 4 x 4 KiB with the server (after its greeting, --greet), then an
+echo-survivor waits the KIND's way while the server is killed; an
+echo-victim then leaves the server waiting to read (idle) or sends until the
+server, which echoes, can write no more (flood: 8 MiB or until nothing moves
+for 0.3 s) and prints "armed" before the test kills it.
 
 The victim sends 64 KiB on every connection (byte 0: the index of the
 connection's KIND, for a surviving server) and then neither sends nor
@@ -160,9 +170,9 @@ def wait_out(c, kind, armed):
         fill(c, flags)          # raises once the peer is gone
 
 
-def survive(c, kind, armed):
+def survive(c, kind, armed, start=lambda c: read_exactly(c, PRE)):
     try:
-        read_exactly(c, PRE)
+        start(c)
         how = wait_out if kind.endswith("out") or kind == "send" or "-out-" in kind else wait_in
         result = how(c, kind, armed)
     except Exception as e:
@@ -279,8 +289,70 @@ def client(port, role, kinds):
         t.join()
 
 
+# ---- clients of matrix_server.py's echo servers ---------------------------
+
+CHUNK, ROUNDS = 4 << 10, 4
+FLOOD = 8 << 20
+
+
+def echo_start(c, greet):
+    """Get a transfer under way both ways: the greeting if the pattern sends
+    one, then ROUNDS chunks sent and their echo checked."""
+    if greet and read_exactly(c, 1) != b"G":
+        raise RuntimeError("no greeting")
+    for _ in range(ROUNDS):
+        data = os.urandom(CHUNK)
+        c.sendall(data)
+        if read_exactly(c, CHUNK) != data:
+            raise RuntimeError("the echo differs")
+
+
+def flood(c):
+    """Send until the echoing server can write no more (so it waits to write)."""
+    c.setblocking(False)
+    buf, sent = b"f" * (1 << 16), 0
+    while sent < FLOOD:
+        try:
+            sent += c.send(buf)
+        except BlockingIOError:
+            if not select.select([], [c], [], 0.3)[1]:
+                return
+
+
+def echo_client(port, role, args):
+    greet = args[:1] == ["--greet"]
+    names = args[1:] if greet else args
+    w = socket.create_connection(("127.0.0.1", port))      # warm-up (direct after it)
+    echo_start(w, greet)
+    w.close()
+    conns = [socket.create_connection(("127.0.0.1", port)) for _ in names]
+    armed = Armed(len(names))
+    if role == "echo-survivor":
+        run = [(survive, (c, k, armed.one(i), lambda c: echo_start(c, greet)))
+               for i, (c, k) in enumerate(zip(conns, names))]
+    else:
+        def victim(c, how, arm):
+            try:
+                echo_start(c, greet)
+                if how == "flood":
+                    flood(c)
+            except Exception as e:
+                say("error", how, outcome_of(e))
+            arm()
+        run = [(victim, (c, how, armed.one(i))) for i, (c, how) in enumerate(zip(conns, names))]
+    threads = [threading.Thread(target=f, args=a, daemon=True) for f, a in run]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if role == "echo-victim":
+        time.sleep(3600)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "server":
         server(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    elif sys.argv[3].startswith("echo-"):
+        echo_client(int(sys.argv[2]), sys.argv[3], sys.argv[4:])
     else:
         client(int(sys.argv[2]), sys.argv[3], sys.argv[4:])

@@ -11,6 +11,12 @@ after the client's first byte.  WORKDIR is a scratch directory (chroot
 target, pid file).  The test stops the server by killing its process group
 (or, for the daemons, the pid in WORKDIR/pid).
 
+With MATRIX_RESULTS=FILE in the environment (test_matrix_kill.py), every
+connection served in Python also reports the moment it saw its end:
+"ended OUTCOME MONOTONIC BYTES" (OUTCOME: eof or the errno name; BYTES:
+how many it had read), appended to
+FILE, or to stderr where FILE cannot be opened (after setuid or chroot).
+
 Patterns (see PATTERNS at the end):
   accept           blocking accept(), each connection served inline
   epoll-lt/-et     non-blocking listener and connections in one epoll loop
@@ -52,6 +58,7 @@ Patterns (see PATTERNS at the end):
                    forks and execs instead while connections are held)
   subprocess-helper  the same through subprocess (vfork, then execv)
 """
+import errno
 import os
 import queue
 import resource
@@ -63,13 +70,21 @@ import sys
 import threading
 import time
 
-PYECHO = ("import os\n"
-          "while True:\n"
-          "    d = os.read(0, 65536)\n"
-          "    if not d:\n"
-          "        break\n"
-          "    while d:\n"
-          "        d = d[os.write(1, d):]\n")
+PYECHO = ("import errno, os, time\n"
+          "how, got = 'eof', 0\n"
+          "try:\n"
+          "    while True:\n"
+          "        d = os.read(0, 65536)\n"
+          "        if not d:\n"
+          "            break\n"
+          "        got += len(d)\n"
+          "        while d:\n"
+          "            d = d[os.write(1, d):]\n"
+          "except OSError as e:\n"
+          "    how = errno.errorcode.get(e.errno, str(e.errno))\n"
+          "if os.environ.get('MATRIX_RESULTS'):\n"
+          "    with open(os.environ['MATRIX_RESULTS'], 'a') as f:\n"
+          "        f.write('ended %s %.6f %d\\n' % (how, time.monotonic(), got))\n")
 
 
 def listen(port, backlog=128):
@@ -84,7 +99,27 @@ def ready():
     print("ready", flush=True)
 
 
+def ended(how, got):
+    """Report the end of a connection's stream (see MATRIX_RESULTS above)."""
+    path = os.environ.get("MATRIX_RESULTS")
+    if not path:
+        return
+    line = "ended %s %.6f %d\n" % (how, time.monotonic(), got)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    except OSError:
+        fd = 2
+    os.write(fd, line.encode())
+    if fd != 2:
+        os.close(fd)
+
+
+def outcome_of(e):
+    return errno.errorcode.get(e.errno, str(e.errno)) if e.errno else type(e).__name__
+
+
 def echo(c, greet=False, shut=False):
+    got = 0
     try:
         if greet:
             c.sendall(b"G")
@@ -92,10 +127,13 @@ def echo(c, greet=False, shut=False):
             d = c.recv(1 << 16)
             if not d:
                 break
+            got += len(d)
             c.sendall(d)
+        ended("eof", got)
         if shut:
             c.shutdown(socket.SHUT_WR)
     except OSError as e:
+        ended(outcome_of(e), got)
         print("server: %r" % e, file=sys.stderr, flush=True)
     c.close()
 
@@ -110,6 +148,9 @@ def reap():
 
 # ---- event loops ----------------------------------------------------------
 
+OUT_LIMIT = 1 << 20
+
+
 class Loop:
     """Echo every connection of a non-blocking listener from one thread,
     waiting with @kind: epoll-lt, epoll-et, poll or select."""
@@ -118,7 +159,7 @@ class Loop:
         self.kind, self.l = kind, listener
         if accepting:
             self.l.setblocking(False)
-        self.conns = {}                 # fd -> [socket, pending output, read done]
+        self.conns = {}                 # fd -> [socket, pending output, read done, bytes read]
         self.et = kind == "epoll-et"
         if kind.startswith("epoll"):
             self.ep = select.epoll()
@@ -128,7 +169,7 @@ class Loop:
 
     def add(self, c):
         c.setblocking(False)
-        self.conns[c.fileno()] = [c, bytearray(), False]
+        self.conns[c.fileno()] = [c, bytearray(), False, 0]
         if self.kind.startswith("epoll"):
             ev = select.EPOLLIN | select.EPOLLRDHUP
             if self.et:
@@ -144,10 +185,18 @@ class Loop:
     def want_out(self, fd):
         return bool(self.conns[fd][1])
 
+    def want_in(self, fd):
+        """Read no more while OUT_LIMIT bytes wait to go out, as real servers
+        do: a client that stops reading must stall the server's writes, not
+        fill its memory."""
+        st = self.conns[fd]
+        return not st[2] and len(st[1]) < OUT_LIMIT
+
     def relist(self, fd):
         """Level-triggered epoll: ask for EPOLLOUT only while output waits."""
         if self.kind == "epoll-lt" and fd in self.conns:
-            ev = select.EPOLLIN | select.EPOLLRDHUP | (select.EPOLLOUT if self.want_out(fd) else 0)
+            ev = (select.EPOLLIN if self.want_in(fd) else 0) | select.EPOLLRDHUP | \
+                (select.EPOLLOUT if self.want_out(fd) else 0)
             self.ep.modify(fd, ev)
 
     def accept_all(self):
@@ -164,35 +213,50 @@ class Loop:
         st = self.conns.get(fd)
         if st is None:
             return
-        c, out, _ = st
         try:
-            if readable and not st[2]:
-                while True:
-                    try:
-                        d = c.recv(1 << 16)
-                    except BlockingIOError:
-                        break
-                    if not d:
-                        st[2] = True
-                        break
-                    out.extend(d)
-                    if not self.et:
-                        break
-            if out:
-                while out:
-                    try:
-                        n = c.send(out)
-                    except BlockingIOError:
-                        break
-                    del out[:n]
+            # edge-triggered: go on until reading or writing would block (the
+            # edge after a full buffer is EPOLLOUT's, so read again then)
+            while self.pump(st, readable or self.et) and self.et:
+                pass
         except OSError as e:
+            if not st[2]:
+                ended(outcome_of(e), st[3])
             print("server: %r" % e, file=sys.stderr, flush=True)
             self.drop(fd)
             return
-        if st[2] and not out:
+        if st[2] and not st[1]:
             self.drop(fd)
         else:
             self.relist(fd)
+
+    def pump(self, st, readable):
+        """Read (below OUT_LIMIT) and write what can be; True if both could go
+        on without blocking (the read stopped at the limit, the writes did not)."""
+        c, out = st[0], st[1]
+        more = False
+        if readable and self.want_in(c.fileno()):
+            more = True
+            while len(out) < OUT_LIMIT:
+                try:
+                    d = c.recv(1 << 16)
+                except BlockingIOError:
+                    more = False
+                    break
+                if not d:
+                    st[2], more = True, False
+                    ended("eof", st[3])
+                    break
+                st[3] += len(d)
+                out.extend(d)
+                if not self.et:
+                    break
+        while out:
+            try:
+                n = c.send(out)
+            except BlockingIOError:
+                return False
+            del out[:n]
+        return more
 
     def run(self, once=False):
         lfd = self.l.fileno() if self.accepting else -1
@@ -209,7 +273,8 @@ class Loop:
                 if self.accepting:
                     p.register(lfd, select.POLLIN)
                 for fd in self.conns:
-                    p.register(fd, select.POLLIN | (select.POLLOUT if self.want_out(fd) else 0))
+                    p.register(fd, (select.POLLIN if self.want_in(fd) else 0) |
+                               (select.POLLOUT if self.want_out(fd) else 0))
                 for fd, ev in p.poll():
                     if fd == lfd:
                         self.accept_all()
@@ -217,7 +282,7 @@ class Loop:
                         self.handle(fd, ev & (select.POLLIN | select.POLLHUP | select.POLLERR),
                                     ev & select.POLLOUT)
             else:
-                rl = list(self.conns) + ([lfd] if self.accepting else [])
+                rl = [fd for fd in self.conns if self.want_in(fd)] + ([lfd] if self.accepting else [])
                 wl = [fd for fd in self.conns if self.want_out(fd)]
                 r, w, _ = select.select(rl, wl, [])
                 for fd in set(r) | set(w):

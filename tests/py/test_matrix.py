@@ -45,6 +45,11 @@ the parent closing its copy; the client killed while the server waits, and
 the server killed while the client waits.  The waits of one (pattern, side)
 run on one pair of processes, each on its own connection, killed at once;
 the cells report them one by one.
+
+test_kill_pattern: the same for every server pattern of the matrix (the
+echo servers of test_cell): the server killed while the client waits each
+of those ways, and the client killed while the server waits its own way,
+to read or to write (see the section at the end).
 """
 import json
 import os
@@ -401,5 +406,230 @@ def test_kill(pattern, side, kind, procs, tmp_path):
         ok = IN_OK | OUT_OK
     else:
         ok = OUT_OK if kind == "send" or "out" in kind else IN_OK
+    assert outcome in ok and secs < 1.0, "%s after %.3f s (expected %s within 1 s)" % (
+        outcome, secs, " or ".join(sorted(ok)))
+
+
+# ---- every pattern's connections, the peer killed with SIGKILL ----------
+#
+# test_kill_pattern: each server pattern of the matrix (matrix_server.py, as
+# test_cell runs it, default settings) with its connections under way both
+# ways (matrix_kill.py's echo-* clients), then one end killed with SIGKILL:
+#   client  the server is killed while the client waits each KINDS way
+#   server  the client is killed while the server waits its pattern's way:
+#           to read (idle) or, the client having stopped reading, to write
+#           (flood); what the server saw comes from its "ended" reports
+#           (MATRIX_RESULTS), or for the cat handlers from cat's exit
+# Each wait must end in EOF, ECONNRESET or EPIPE within 1 s.  A pattern that
+# serves one connection at a time gets a server of its own per wait (they
+# run side by side); prefork serves three at once.
+
+SERIAL = {"accept", "handoff", "scm-keep", "scm-close", "scm-exec", "scm-midstream",
+          "system-cat", "setuid", "setgid", "chroot", "daemon-close", "daemon-closerange",
+          "spawn-helper", "subprocess-helper"}
+AT_ONCE = {"prefork": 3}
+CAT_HANDLER = {"exec-cat", "exec-midstream", "spawn-cat", "subprocess-cat", "system-cat"}
+GREETS = {"fork-early", "fork-late"}
+SERVER_WAITS = ["idle", "flood"]
+ECHO_START_BYTES = 4 * 4096         # matrix_kill.py echo_start(): ROUNDS x CHUNK
+KILL_PATTERN_ROWS = [p for p in MATRIX if p not in SERVER_FOR]
+
+
+def session_cats(sid):
+    """Live (not zombie) cat processes of session @sid."""
+    cats = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path("/proc", d, "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        if comm == "cat" and fields[0] != "Z" and int(fields[3]) == sid:
+            cats.append(int(d))
+    return cats
+
+
+def alive(pid):
+    try:
+        stat = Path("/proc", str(pid), "stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+class KillInstance:
+    """One server of @pattern and one client facing it, on a registry of their own."""
+
+    def __init__(self, pattern, names, tmp_path, i):
+        self.pattern, self.names = pattern, names
+        self.dir = tmp_path / ("inst%d" % i)
+        self.work = self.dir / "work"
+        self.work.mkdir(parents=True)
+        self.reg = Registry(self.dir / "registry")
+        self.results = self.dir / "results"
+        self.results.touch()
+        self.port = free_port()
+        self.srv = self.cli = None
+        self.cats = []
+
+    def server_sid(self):
+        if self.pattern.startswith("daemon"):
+            return int((self.work / "pid").read_text())
+        return self.srv.pid
+
+    def kill_server(self):
+        """The server's process group (a daemon's is its first child's, which
+        exited: the daemon itself is killed by its pid as well)."""
+        try:
+            pid = self.server_sid()
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, ValueError, OSError):
+            pass
+
+    def ended(self, since):
+        """The server's "ended" reports after @since: wait -> (outcome,
+        seconds); the idle connection is the one that read at most the
+        echo_start() bytes, the flood one read more."""
+        text = tail(self.results, 100000) + tail(self.dir / "server.err", 100000)
+        got = {}
+        for l in text.splitlines():
+            w = l.split()
+            if len(w) == 4 and w[0] == "ended" and float(w[2]) > since:
+                name = "idle" if int(w[3]) <= ECHO_START_BYTES else "flood"
+                got[name] = (w[1], float(w[2]) - since)
+        return got
+
+
+def start_kill_instances(pattern, side, procs, tmp_path):
+    names = KINDS if side == "client" else SERVER_WAITS
+    k = 1 if pattern in SERIAL else AT_ONCE.get(pattern, len(names))
+    insts = [KillInstance(pattern, names[i:i + k], tmp_path, i)
+             for i in range(0, len(names), k)]
+    for inst in insts:
+        env = dict(inst.reg.env, MATRIX_RESULTS=str(inst.results))
+        with open(inst.dir / "server.err", "w") as err:
+            inst.srv = procs.start([PY, SERVER, pattern, str(inst.port), str(inst.work)],
+                                   env=env, stderr=err)
+    for inst in insts:
+        if "ready" not in Lines(inst.srv).until(lambda l: "ready" in l, 20):
+            return insts, "the server did not start:\n" + tail(inst.dir / "server.err")
+    role = "echo-survivor" if side == "client" else "echo-victim"
+    greet = ["--greet"] if pattern in GREETS else []
+    for inst in insts:
+        with open(inst.dir / "client.err", "w") as err:
+            inst.cli = procs.start([PY, KILLER, "client", str(inst.port), role] + greet + inst.names,
+                                   env=inst.reg.env, stderr=err)
+    return insts, None
+
+
+def arm_kill_instances(insts, side):
+    """Wait until every connection waits; None, or why not."""
+    for inst in insts:
+        out = Lines(inst.cli)
+        out.until(lambda l: "armed" in l, 30)
+        if "armed" not in out.lines or any(l.startswith("error") for l in out.lines):
+            return "the client never got all its connections going: %s\n%s" % (
+                out.lines, tail(inst.dir / "client.err"))
+        inst.out = out
+        if side == "server" and inst.pattern in CAT_HANDLER:
+            deadline = time.monotonic() + 10
+            while len(inst.cats) != len(inst.names) and time.monotonic() < deadline:
+                inst.cats = session_cats(inst.server_sid())
+                time.sleep(0.02)
+            if len(inst.cats) != len(inst.names):
+                return "expected %d cat handlers, found %s" % (len(inst.names), inst.cats)
+    return None
+
+
+def collect_kill_results(insts, side, killed):
+    """name -> (outcome, seconds after the kill), waiting up to 3 s."""
+    got, deadline = {}, time.monotonic() + 3
+    while time.monotonic() < deadline:
+        for inst in insts:
+            if side == "client":
+                for l in inst.out.until(lambda l: sum(x.startswith("result ") for x in l)
+                                        >= len(inst.names), 0.05):
+                    if l.startswith("result "):
+                        _, kind, outcome, when = l.split()
+                        got[kind] = (outcome, float(when) - killed)
+            elif inst.pattern in CAT_HANDLER:
+                for name, pid in zip(inst.names, inst.cats):
+                    if name not in got and not alive(pid):
+                        got[name] = ("exit", time.monotonic() - killed)
+            else:
+                got.update(inst.ended(killed))
+        if len(got) == sum(len(i.names) for i in insts):
+            break
+        time.sleep(0.02)
+    return got
+
+
+def check_kill_modes(insts):
+    for inst in insts:
+        n = len(inst.names) + 1
+        if inst.pattern in ("setuid", "chroot"):
+            ok = lambda st: st["accelerated"] == 0 and reasons(st) == {
+                "no-registry": n, "peer-no-smclo": n}
+        else:
+            ok = lambda st: all_accelerated(st, n)
+        st = inst.reg.wait_stats(ok, timeout=5)
+        if not ok(st):
+            return "connections not made as expected: %s" % summary(st)
+    return None
+
+
+_kill_pattern_results = {}
+
+
+def kill_pattern_batch(pattern, side, procs, tmp_path):
+    insts, err = start_kill_instances(pattern, side, procs, tmp_path)
+    try:
+        err = err or arm_kill_instances(insts, side)
+        if err:
+            return err
+        time.sleep(0.3)             # past the first 20 ms of a blocking wait (futex)
+        killed = time.monotonic()
+        for inst in insts:
+            if side == "client":
+                inst.kill_server()
+            else:
+                os.killpg(inst.cli.pid, signal.SIGKILL)
+        got = collect_kill_results(insts, side, killed)
+        return check_kill_modes(insts) or got
+    finally:
+        for inst in insts:
+            inst.kill_server()
+        for p in reversed(procs.procs):
+            procs.stop(p, signal.SIGKILL)
+
+
+def kill_pattern_params():
+    for pattern in KILL_PATTERN_ROWS:
+        for side in SIDES:
+            for name in (KINDS if side == "client" else SERVER_WAITS):
+                yield pytest.param(pattern, side, name,
+                                   id="%s-%s-survives-%s" % (pattern, side, name))
+
+
+@pytest.mark.parametrize("pattern,side,name", list(kill_pattern_params()))
+def test_kill_pattern(pattern, side, name, procs, tmp_path):
+    key = (pattern, side)
+    if key not in _kill_pattern_results:
+        _kill_pattern_results[key] = kill_pattern_batch(pattern, side, procs, tmp_path)
+    res = _kill_pattern_results[key]
+    assert not isinstance(res, str), res
+    assert name in res, "the %s's %s wait did not end within 3 s of the peer's SIGKILL" % (
+        side, name)
+    outcome, secs = res[name]
+    if side == "server":
+        ok = {"exit"} if pattern in CAT_HANDLER else (IN_OK if name == "idle" else IN_OK | OUT_OK)
+    elif "-io-" in name:
+        ok = IN_OK | OUT_OK
+    else:
+        ok = OUT_OK if name == "send" or "out" in name else IN_OK
     assert outcome in ok and secs < 1.0, "%s after %.3f s (expected %s within 1 s)" % (
         outcome, secs, " or ".join(sorted(ok)))
