@@ -39,6 +39,8 @@
  * or, across namespaces, that the client reached a non-loopback address.
  * Identities come from the kernel: SO_PEERCRED of the pair the server made,
  * the owner of the ring the client made; nothing rests on a random number.
+ * Processes are told apart by keys that hold across PID namespaces
+ * (peerid.h), never by a pid another process wrote.
  */
 #include "handshake.h"
 
@@ -51,6 +53,7 @@
 #include "log.h"
 #include "pairs.h"
 #include "payoff.h"
+#include "peerid.h"
 #include "region.h"
 #include "registry.h"
 #include "sockopt.h"
@@ -180,7 +183,11 @@ static void decline_init(union clc_msg *m, uint64_t nonce, int reason)
 
 /* ---- checks on what the peer handed us ---------------------------------- */
 
-/* The process that made socket pair @s, if its user may attach; else -1. */
+/*
+ * The process that made socket pair @s, if its user may attach; else -1.
+ * 0: a process in a PID namespace we cannot see (another container's) -
+ * allowed all the same, the pid only serves to recognise it (peerid.h).
+ */
 static pid_t peer_pid_allowed(int s)
 {
 	struct ucred cr;
@@ -345,6 +352,7 @@ struct client {
 	struct ep dst, src;
 	uint64_t netns;
 	struct listener_info listener;
+	peerid via;             /* the inbox link an offer goes through (its region's key) */
 	char key[96];
 	int rendezvous;         /* our p/<key> socket, or -1 */
 	int reuse_was_set;
@@ -505,7 +513,8 @@ static int client_complete(struct client *cl, int pair, const union clc_msg *acc
 	if (reason == R_NONE) {
 		p->up = cfg.tx_size < acc->accept.rx_max ? cfg.tx_size : acc->accept.rx_max;
 		p->down = acc->accept.ring_size < cfg.rx_max ? acc->accept.ring_size : cfg.rx_max;
-		p->region = region_get(server, p->up, p->down, &out[0]);
+		/* the kernel names the pair's maker: the only process this region goes to */
+		p->region = region_get(peerid_of_socket(pair, server), p->up, p->down, &out[0]);
 		p->sh = conn_shared_new();
 		if (!p->region || !p->sh)
 			reason = R_NO_MEMORY;
@@ -586,7 +595,12 @@ static uint32_t min_u32(uint32_t a, uint32_t b)
 	return a < b ? a : b;
 }
 
-/* Region and socket pair for an offer to the listener's process; -1 if not. */
+/*
+ * Region and socket pair for an offer to the listener's process; -1 if not.
+ * Who reads the inbox cannot be asked of the kernel, so the region is one
+ * for the link the offer goes through (inbox_link, peerid.h), never for a
+ * pid the registry names: that is a number of the server's PID namespace.
+ */
 static int offer_prepare(struct client *cl, struct shm_parts *p, int pair[2],
                          int fds[OFFER_FDS], union clc_msg *m, enum clc_type type)
 {
@@ -594,9 +608,12 @@ static int offer_prepare(struct client *cl, struct shm_parts *p, int pair[2],
 
 	if (!ring_size_valid(lo->tx_size) || !ring_size_valid(lo->rx_max))
 		return -1;
+	cl->via = inbox_link(&cl->listener, type == CLC_DIRECT ? lo->direct : lo->inbox);
+	if (cl->via == PEERID_NONE)
+		return -1;
 	p->up = min_u32(cfg.tx_size, lo->rx_max);
 	p->down = min_u32(lo->tx_size, cfg.rx_max);
-	p->region = region_get(cl->listener.pid, p->up, p->down, &fds[OFFER_FD_REGION]);
+	p->region = region_get(cl->via, p->up, p->down, &fds[OFFER_FD_REGION]);
 	p->sh = conn_shared_new();
 	if (!p->region || !p->sh || pairs_take(pair) < 0) {
 		parts_free(p);
@@ -621,7 +638,7 @@ static int offer_prepare(struct client *cl, struct shm_parts *p, int pair[2],
 static int offer_send(struct client *cl, uint64_t id, const union clc_msg *m,
                       const int fds[OFFER_FDS], int pair[2], struct shm_parts *p)
 {
-	if (inbox_send(&cl->listener, id, m, fds) < 0) {
+	if (inbox_send(&cl->listener, id, cl->via, m, fds) < 0) {
 		sys_close(pair[0]);
 		sys_close(pair[1]);
 		parts_free(p);
@@ -1059,7 +1076,8 @@ static int server_take(struct server *sv, const union clc_msg *m, int region_fd,
 	if (p->up > cfg.rx_max || p->down > cfg.tx_size ||
 	    !(p->region = region_map(region_fd, p->up, p->down, &owner)))
 		return R_HANDSHAKE_ERROR;
-	region_note_maker(p->region, (pid_t)m->accept.pid);
+	/* the pid in CONFIRM is the client's word, in its own PID namespace */
+	region_note_maker(p->region, 0);
 	return config_uid_allowed(&cfg, owner) ? R_NONE : R_DIFF_USER;
 }
 
@@ -1176,7 +1194,7 @@ static int offer_pair_check(int s, struct region *r)
 	l = sizeof(v);
 	if (sys_getsockopt(s, SOL_SOCKET, SO_TYPE, &v, &l) < 0 || v != SOCK_SEQPACKET)
 		return R_HANDSHAKE_ERROR;
-	if ((maker = peer_pid_allowed(s)) <= 0)
+	if ((maker = peer_pid_allowed(s)) < 0)
 		return R_DIFF_USER;
 	region_note_maker(r, maker);    /* the client made the pair, as the region */
 	return R_NONE;

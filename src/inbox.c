@@ -17,7 +17,10 @@
  * direct offer for that listener, so it needs no stash and no count.
  *
  * Client side: a few connected sockets to the inboxes recently used, so an
- * offer costs one sendmsg() and no path lookup.
+ * offer costs one sendmsg() and no path lookup.  Each such link is
+ * numbered for the life of the process; the number is the key its offers'
+ * regions are reused under (peerid.h): a connected datagram socket reaches
+ * the one inbox it was connected to, whatever pid the registry names.
  */
 #include "inbox.h"
 
@@ -359,10 +362,12 @@ struct link {
 	char name[48];
 	int sock;               /* connected to i/<name>, or -1 */
 	uid_t owner;
+	peerid key;             /* PEERID_LINK: never the same for two links of a process */
 };
 
 static struct link links[LINKS_MAX];
 static unsigned links_next;
+static uint64_t links_made;
 
 static void link_drop(struct link *l)
 {
@@ -391,26 +396,50 @@ static struct link *link_get(const char *name)
 	snprintf(l->name, sizeof(l->name), "%s", name);
 	l->sock = fd_hide(s);
 	l->owner = owner;
+	l->key = peerid_make(PEERID_LINK, ++links_made);
 	return l;
 }
 
-int inbox_send(const struct listener_info *li, uint64_t id, const union clc_msg *m,
+/*
+ * The link to inbox @id of @li's process, if our TCP socket may go there:
+ * only to a user we may attach to (lock held).
+ */
+static struct link *link_to(const struct listener_info *li, uint64_t id)
+{
+	struct link *l;
+	char name[48];
+
+	inbox_name(name, sizeof(name), li->pid, id);
+	l = link_get(name);
+	return l && config_uid_allowed(&cfg, l->owner) ? l : NULL;
+}
+
+peerid inbox_link(const struct listener_info *li, uint64_t id)
+{
+	struct link *l;
+	peerid key;
+
+	pthread_mutex_lock(&links_lock);
+	l = link_to(li, id);
+	key = l ? l->key : PEERID_NONE;
+	pthread_mutex_unlock(&links_lock);
+	return key;
+}
+
+int inbox_send(const struct listener_info *li, uint64_t id, peerid via, const union clc_msg *m,
                const int fds[OFFER_FDS])
 {
 	struct clc_out o;
 	struct link *l;
-	char name[48];
 	uint64_t sent;
 	int rc = -1;
 
 	/* an offer nobody can count could be skipped by its server: send none */
 	if (registry_offers_sent(registry_fd, &sent) < 0)
 		return -1;
-	inbox_name(name, sizeof(name), li->pid, id);
 	pthread_mutex_lock(&links_lock);
-	l = link_get(name);
-	/* our TCP socket goes there: only to a user we may attach to */
-	if (l && config_uid_allowed(&cfg, l->owner)) {
+	l = link_to(li, id);
+	if (l && l->key == via) {
 		if (sys_sendmsg(l->sock, clc_prepare(&o, m, fds, OFFER_FDS),
 		                MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)m->hdr.length) {
 			if (m->hdr.type == CLC_OFFER)   /* a direct inbox is read without */

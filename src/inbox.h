@@ -30,6 +30,7 @@
 
 #include "addr.h"
 #include "clc.h"
+#include "peerid.h"
 #include "registry.h"
 #include "ring.h"
 
@@ -94,10 +95,19 @@ int offer_decide(struct ring_hdr *up, uint32_t state);
 /* ---- client ---- */
 
 /*
- * Send @m with @fds to inbox @id of @li's process (li->offer.inbox, or
- * li->offer.direct for a CLC_DIRECT); 0 once queued there, else -1.
+ * The link to inbox @id of @li's process (li->offer.inbox, or
+ * li->offer.direct for a CLC_DIRECT), connected now if needed, as the key
+ * of whoever receives what goes through it (PEERID_LINK, peerid.h): the
+ * key its region is reused under.  PEERID_NONE if there is no such inbox
+ * or its owner is a user we may not attach to.
  */
-int inbox_send(const struct listener_info *li, uint64_t id, const union clc_msg *m,
+peerid inbox_link(const struct listener_info *li, uint64_t id);
+/*
+ * Send @m with @fds to that inbox through link @via (inbox_link's answer);
+ * 0 once queued there, else -1 (also if the link was replaced meanwhile:
+ * the region was made for that link's receiver only).
+ */
+int inbox_send(const struct listener_info *li, uint64_t id, peerid via, const union clc_msg *m,
                const int fds[OFFER_FDS]);
 
 /*

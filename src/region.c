@@ -31,8 +31,8 @@ struct region {
 	int mine;               /* created here (client) or mapped (server) */
 	int memfd;              /* mine: the descriptor handed to the peer; theirs: kept
 	                           to hand the connection to an exec'd program, or -1 */
-	pid_t peer;             /* mine: the only process it goes to; theirs: the
-	                           client that made it (0: not known) */
+	peerid peer;            /* mine: the only process it goes to; theirs: the
+	                           client that made it, a PEERID_PID (NONE: not known) */
 	uid_t creator;          /* mine: the uid the kernel reports as its owner */
 	dev_t dev;              /* theirs: identity of the memfd */
 	ino_t ino;
@@ -99,12 +99,12 @@ static int usable(const struct region *r)
  * process may have changed users since), and the peer has published CLOSED
  * on its last connection.
  */
-static int reusable_for(const struct region *r, pid_t peer, uid_t uid, uint32_t up,
+static int reusable_for(const struct region *r, peerid peer, uid_t uid, uint32_t up,
                         uint32_t down)
 {
 	const struct ring_hdr *d;
 
-	if (!r->mine || !usable(r) || !r->closed_by_us || r->peer != peer ||
+	if (!r->mine || !usable(r) || !r->closed_by_us || peer == PEERID_NONE || r->peer != peer ||
 	    r->creator != uid || r->up != up || r->down != down)
 		return 0;
 	d = (const struct ring_hdr *)(r->base + ring_region_len(up));
@@ -145,7 +145,9 @@ fail:
 /*
  * Drop idle entries whose peer process is gone: nothing will ever reuse
  * them, and a server would otherwise keep the memory of clients that exited
- * (KEEP_MAX regions of them).  At most once a second: a kill(0) each.
+ * (KEEP_MAX regions of them).  At most once a second: a kill(0) each.  Only
+ * peers known by pid (peerid.h) can be asked; the others (in another PID
+ * namespace, or keyed by pidfs inode or link) leave with the LRU (trim).
  */
 static void drop_orphans(void)
 {
@@ -157,8 +159,10 @@ static void drop_orphans(void)
 	last_ms = now;
 	for (struct region *r = list, *next; r; r = next) {
 		next = r->next;
-		if (r->refs == 0 && r->peer > 0 && r->owner == sys_getpid() &&
-		    kill(r->peer, 0) < 0 && errno == ESRCH) {
+		pid_t pid = peerid_pid(r->peer);
+
+		if (r->refs == 0 && pid > 0 && r->owner == sys_getpid() &&
+		    kill(pid, 0) < 0 && errno == ESRCH) {
 			unlink_entry(r);
 			destroy(r);
 		}
@@ -192,7 +196,7 @@ static void count(_Atomic uint64_t *counter)
 		atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 }
 
-struct region *region_get(pid_t peer, uint32_t up, uint32_t down, int *memfd)
+struct region *region_get(peerid peer, uint32_t up, uint32_t down, int *memfd)
 {
 	uid_t uid = geteuid();
 	struct region *r;
@@ -313,7 +317,7 @@ void region_drop_memfd(struct region *r)
 		sys_close(r->memfd);
 	r->memfd = -1;
 	if (r->mine)
-		r->peer = 0;    /* it cannot be offered again: destroyed when put */
+		r->peer = PEERID_NONE;  /* it cannot be offered again: destroyed when put */
 	pthread_mutex_unlock(&lock);
 }
 
@@ -334,7 +338,7 @@ struct region *region_adopt(int memfd, uint32_t up, uint32_t down, int mine)
 	if (r) {
 		r->refs = 1;
 		r->owner = sys_getpid();
-		/* never offered again: peer 0 (region_put destroys it) */
+		/* never offered again: PEERID_NONE (region_put destroys it) */
 		r->mine = mine;
 		r->creator = st.st_uid;
 	}
@@ -345,7 +349,7 @@ struct region *region_adopt(int memfd, uint32_t up, uint32_t down, int mine)
 void region_note_maker(struct region *r, pid_t pid)
 {
 	if (!r->mine)
-		r->peer = pid;
+		r->peer = pid > 0 ? peerid_make(PEERID_PID, (uint64_t)pid) : PEERID_NONE;
 }
 
 void region_put(struct region *r, int reusable)
@@ -363,7 +367,7 @@ void region_put(struct region *r, int reusable)
 	 * client crashed (the caller says so through @reusable); one that dies
 	 * later leaves at most KEEP_MAX such mappings behind.
 	 */
-	if (!reusable || r->owner != sys_getpid() || (r->mine && r->peer == 0)) {
+	if (!reusable || r->owner != sys_getpid() || (r->mine && r->peer == PEERID_NONE)) {
 		unlink_entry(r);
 		destroy(r);
 	} else {

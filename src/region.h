@@ -8,9 +8,9 @@
  * power-of-two data area.  The client creates it (a sealed memfd: fixed size,
  * so no SIGBUS) and hands it to the server, which maps it.
  *
- * Reuse without leaks: a region is only ever handed to one peer process (the
- * server's pid, as SO_PEERCRED reports it), so everything it ever held was
- * meant for that process.  It is taken again only once every holder of the
+ * Reuse without leaks: a region is only ever handed to one peer process (a
+ * key the kernel vouches for, which holds across PID namespaces: peerid.h),
+ * so everything it ever held was meant for that process.  It is taken again only once every holder of the
  * old connection is gone on our side and the server has published CLOSED in
  * the down ring, so the server no longer reads or writes it.  The server
  * keeps the mapping of a recently seen region and recognises the same memfd
@@ -20,6 +20,7 @@
 #ifndef SMCLO_REGION_H
 #define SMCLO_REGION_H
 
+#include "peerid.h"
 #include "ring.h"
 
 #include <stdint.h>
@@ -27,8 +28,8 @@
 
 struct region;
 
-/* Client: a region for a connection to @peer (0: unknown, not reused). */
-struct region *region_get(pid_t peer, uint32_t up, uint32_t down, int *memfd);
+/* Client: a region for a connection to @peer (PEERID_NONE: not reused). */
+struct region *region_get(peerid peer, uint32_t up, uint32_t down, int *memfd);
 /* Server: map the client's region from @memfd; *owner is its creator's uid. */
 struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner);
 /*
@@ -37,7 +38,7 @@ struct region *region_map(int memfd, uint32_t up, uint32_t down, uid_t *owner);
  */
 void region_put(struct region *r, int reusable);
 
-/* Server: @pid made this region (its idle mapping goes when @pid is gone). */
+/* Server: @pid made this region (its idle mapping goes when @pid is gone; 0: not known). */
 void region_note_maker(struct region *r, pid_t pid);
 /* Close the memfd kept with @r (conn_go_lean); a region of ours is not reused then. */
 void region_drop_memfd(struct region *r);
