@@ -407,6 +407,48 @@ static int counts_describe(const struct bench_counts *b, const struct bench_coun
 	return other == 0 && acc >= (unsigned long long)runs;
 }
 
+/*
+ * What runs now and about how long is left, one line per step (a run of
+ * one side of one benchmark).  The estimate starts from the planned length
+ * of a step and then follows the average of the steps done.  On a terminal
+ * the line is rewritten in place and cleared before a row of the table;
+ * elsewhere (a log, a pipe) each step gets a line of its own, no escapes.
+ */
+struct progress {
+	int step, steps, tty;
+	double t0, planned;         /* seconds a step should take, before any has run */
+};
+
+static void progress_start(struct progress *p, int steps, double planned)
+{
+	*p = (struct progress){ .steps = steps, .tty = isatty(STDOUT_FILENO), .t0 = now_s(),
+	                        .planned = planned };
+}
+
+static void progress_step(struct progress *p, const char *what)
+{
+	double each = p->step ? (now_s() - p->t0) / p->step : p->planned;
+	long left = (long)(each * (p->steps - p->step) + 0.5);
+
+	char eta[32];
+
+	if (left < 60)
+		snprintf(eta, sizeof(eta), "%ld s", left);
+	else
+		snprintf(eta, sizeof(eta), "%ld min %02ld s", left / 60, left % 60);
+	p->step++;
+	printf("%s[%d/%d] %s; about %s left%s", p->tty ? "\r\033[K" : "", p->step, p->steps,
+	       what, eta, p->tty ? "" : "\n");
+	fflush(stdout);
+}
+
+/* Before a line of the results: take the step's line off a terminal. */
+static void progress_clear(const struct progress *p)
+{
+	if (p->tty)
+		printf("\r\033[K");
+}
+
 int cmd_bench(int argc, char **argv)
 {
 	double seconds = 1.0;
@@ -458,6 +500,9 @@ int cmd_bench(int argc, char **argv)
 	printf("%-34s %14s %14s %8s   %-26s %s\n", "benchmark", "tcp loopback", "smclo", "ratio",
 	       "cpu s/run (tcp -> smclo)", "smclo connections");
 	int all = 1;
+	struct progress pr;
+	/* a step is its seconds plus starting two processes and, for connect, the end */
+	progress_start(&pr, ntests * runs * 2, seconds + 0.2);
 	for (int t = 0; t < ntests; t++) {
 		double val[2][50], cpu[2][50];
 		struct bench_counts before = counts_of(tot), after;
@@ -465,6 +510,10 @@ int cmd_bench(int argc, char **argv)
 			for (int i = 0; i < 2; i++) {
 				int mode = i ^ (r & 1);
 				struct run_result res;
+				char what[128];
+				snprintf(what, sizeof(what), "%s, %s, run %d of %d", tests[t].label,
+				         mode ? "smclo" : "tcp loopback", r + 1, runs);
+				progress_step(&pr, what);
 				if (one_run(self, lib, regdir, mode, tests[t].test, msg, seconds, &res) < 0)
 					return 1;
 				val[mode][r] = res.value;
@@ -475,6 +524,7 @@ int cmd_bench(int argc, char **argv)
 		after = counts_of(tot);
 		all &= counts_describe(&before, &after, runs, conns, sizeof(conns));
 		snprintf(cpus, sizeof(cpus), "%.2f -> %.2f", median(cpu[0], runs), median(cpu[1], runs));
+		progress_clear(&pr);
 		printf("%-34s %10.2f %-4s %10.2f %-4s %7.2fx   %-26s %s\n", tests[t].label, tcp,
 		       tests[t].unit, shm, tests[t].unit, shm / tcp, cpus, conns);
 	}
