@@ -7,7 +7,10 @@ turning every round), and reports the
 median of the runs with the CPU time (user+sys of server and client) beside
 it.  Writes BENCHMARKS.md and bench/benchmarks.png.
 
-    python3 bench/run.py [--runs N] [--quick]
+    python3 bench/run.py [--runs N] [--quick] [--seconds S] [--only TEXT] [--only-load]
+
+Every step (one program pair, one mode) prints what it runs and an estimate
+of the time left first.
 """
 import argparse
 import collections
@@ -54,6 +57,57 @@ def wait_listen(port=None, path=None, proc=None, timeout=10):
             raise RuntimeError("server exited: %s" % proc.args)
         time.sleep(0.02)
     raise TimeoutError("server did not start")
+
+
+STEP_OVERHEAD = 1.5     # seconds a step spends starting and stopping its programs
+
+
+def eta(seconds):
+    seconds = int(seconds + 0.5)
+    return "%d s" % seconds if seconds < 60 else "%d min %02d s" % divmod(seconds, 60)
+
+
+class Progress:
+    """What runs now and an estimate of the time left, one line per step.
+
+    The estimate starts from the planned seconds of every step and scales
+    them by how long the steps done so far really took.  On a terminal a
+    step's line is rewritten in place and a result line replaces it; in a
+    log or a pipe every step gets a line of its own, without escapes."""
+
+    def __init__(self, planned):
+        self.planned, self.i, self.t0 = list(planned), 0, time.time()
+        self.tty = sys.stdout.isatty()
+
+    def step(self, what):
+        done, left = sum(self.planned[:self.i]), sum(self.planned[self.i:])
+        if done:
+            left *= (time.time() - self.t0) / done
+        self.i += 1
+        line = "[%d/%d] %s; about %s left" % (self.i, len(self.planned), what, eta(left))
+        if self.tty:
+            sys.stdout.write("\r\033[K" + line)
+            sys.stdout.flush()
+        else:
+            print(line, flush=True)
+
+    def say(self, text):
+        """A result line (on a terminal, in place of the step's)."""
+        print(("\r\033[K" if self.tty else "") + text, flush=True)
+
+
+def tcp_only(fn):
+    """A row whose programs have no AF_UNIX mode: it runs for tcp and smclo."""
+    fn.unix = False
+    return fn
+
+
+def row_steps(runs, only, modes):
+    """(run, row, mode) in the order they run: every round turns the order of
+    modes(run) and rows filtered by --only; AF_UNIX only where a row has it."""
+    return [(r, row, mode) for r in range(runs) for row in ROWS
+            if not (only and only not in row[0])
+            for mode in modes(r) if mode != "unix" or getattr(row[6], "unix", True)]
 
 
 class Run:
@@ -107,9 +161,8 @@ class Run:
 
 
 def sockperf(kind):
+    @tcp_only
     def row(mode, secs):
-        if mode == "unix":
-            return None
         port = free_port()
         server = ["sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", str(port)]
         if kind == "pp":
@@ -127,9 +180,8 @@ def sockperf(kind):
     return row
 
 
+@tcp_only
 def iperf3(mode, secs):
-    if mode == "unix":
-        return None
     port = free_port()
     out, cpu = Run(mode)(["iperf3", "-s", "-1", "-p", str(port)],
                          ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", str(secs), "-J"],
@@ -180,9 +232,8 @@ http {{ access_log off; sendfile on;
 """
 
 
+@tcp_only                   # wrk speaks TCP only
 def nginx(mode, secs):
-    if mode == "unix":
-        return None       # wrk speaks TCP only
     (WORK / "www").mkdir(exist_ok=True)
     (WORK / "t").mkdir(exist_ok=True)
     (WORK / "www" / "index.html").write_text("<html><body>" + "smclo " * 100 + "</body></html>\n")
@@ -241,27 +292,37 @@ class BusyLoops:
             h.wait()
 
 
-def oversubscribed_rows(runs, secs, only=None):
+def loaded_steps(runs, only=None):
+    return row_steps(runs, only, lambda r: ("tcp", "smclo") if r % 2 == 0 else ("smclo", "tcp"))
+
+
+def oversubscribed_rows(runs, secs, progress, only=None):
     """Every row, TCP against smclo, beside the busy loops: no benchmark may be
     slower than TCP (spinning must back off).  Returns {row: {mode: [(value, cpu)]}}."""
     results = {}
     with BusyLoops():
-        for r in range(runs):
-            for name, unit, hib, bar, goal, kern, fn, how in ROWS:
-                if only and only not in name:
-                    continue
-                CURRENT_ROW[0] = name + LOADED
-                res = results.setdefault(name, {"tcp": [], "smclo": []})
-                for mode in (("tcp", "smclo") if r % 2 == 0 else ("smclo", "tcp")):
-                    res[mode].append(fn(mode, secs))
-                    print("loaded run %d %-45s %-5s %12.2f %s  cpu %.2f s"
-                          % (r + 1, name, mode, res[mode][-1][0], unit, res[mode][-1][1]),
-                          flush=True)
+        for r, (name, unit, hib, bar, goal, kern, fn, how), mode in loaded_steps(runs, only):
+            CURRENT_ROW[0] = name + LOADED
+            res = results.setdefault(name, {"tcp": [], "smclo": []})
+            progress.step("beside busy loops, run %d of %d: %s, %s (%g s)"
+                          % (r + 1, runs, name, mode, secs))
+            res[mode].append(fn(mode, secs))
+            progress.say("loaded run %d %-45s %-5s %12.2f %s  cpu %.2f s"
+                         % (r + 1, name, mode, res[mode][-1][0], unit, res[mode][-1][1]))
     return results
 
 
-def oversubscribed_bench(runs):
+def bench_seconds(runs):
+    """What `smclo bench --runs N --seconds 1` takes: 3 benchmarks, 2 sides."""
+    return runs * 3 * 2 * (1 + 0.2)
+
+
+IDLE_SECONDS = 20       # bench/idle_memory.py 1000, about
+
+
+def oversubscribed_bench(runs, progress):
     """`smclo bench` (ping-pong, stream, connection setup) beside the busy loops."""
+    progress.step("smclo bench --runs %d --seconds 1 beside busy loops" % runs)
     with BusyLoops():
         out = subprocess.run([SMCLO, "bench", "--runs", str(runs), "--seconds", "1"],
                              capture_output=True, text=True, timeout=600)
@@ -290,8 +351,9 @@ def loaded_table(loaded):
     return lines, slower
 
 
-def idle_memory():
+def idle_memory(progress):
     """bench/idle_memory.py: 1000 idle connections, TCP against smclo."""
+    progress.step("memory of 1000 idle connections (bench/idle_memory.py)")
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "idle_memory.py"), "1000"],
                          capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
@@ -306,36 +368,44 @@ def main():
     ap.add_argument("--only-load", action="store_true",
                     help="just the rows beside busy loops (with --only: just those rows)")
     ap.add_argument("--only", help="just the rows whose name contains this (no report written)")
+    ap.add_argument("--seconds", type=float,
+                    help="length of every run (default 10, 2 with --quick; rows beside busy "
+                         "loops %d)" % LOADED_SECS)
     a = ap.parse_args()
     if a.only_load:
-        lines, slower = loaded_table(oversubscribed_rows(a.runs, 2 if a.quick else LOADED_SECS,
-                                                         a.only))
+        secs = a.seconds or (2 if a.quick else LOADED_SECS)
+        progress = Progress([secs + STEP_OVERHEAD] * len(loaded_steps(a.runs, a.only)))
+        lines, slower = loaded_table(oversubscribed_rows(a.runs, secs, progress, a.only))
         print("\n".join(lines + ["slower than TCP: %s" % (", ".join(slower) or "none")]))
         return
-    secs = 2 if a.quick else 10
+    secs = a.seconds or (2 if a.quick else 10)
+    loaded_secs = a.seconds or LOADED_SECS
+    # the order of modes turns every round, so no mode always runs right after another
+    steps = row_steps(a.runs, a.only, lambda r: MODES[r % len(MODES):] + MODES[:r % len(MODES)])
+    planned = [secs + STEP_OVERHEAD] * len(steps)
+    if not a.only:
+        planned += [loaded_secs + STEP_OVERHEAD] * len(loaded_steps(a.runs))
+        planned += [bench_seconds(a.runs), IDLE_SECONDS]
+    progress = Progress(planned)
     results = {}
     for name, *_rest in ROWS:
         results[name] = {m: [] for m in MODES}
-    for r in range(a.runs):
-        for name, unit, hib, bar, goal, kern, fn, how in ROWS:
-            if a.only and a.only not in name:
-                continue
-            CURRENT_ROW[0] = name
-            # the order turns every round, so no mode always runs right after another
-            for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
-                res = fn(mode, secs)
-                if res is not None:
-                    results[name][mode].append(res)
-                    print("run %d %-45s %-5s %12.2f %s  cpu %.2f s" % (r + 1, name, mode, res[0],
-                                                                       unit, res[1]), flush=True)
+    for r, (name, unit, hib, bar, goal, kern, fn, how), mode in steps:
+        CURRENT_ROW[0] = name
+        progress.step("run %d of %d: %s, %s (%g s)" % (r + 1, a.runs, name, mode, secs))
+        res = fn(mode, secs)
+        results[name][mode].append(res)
+        progress.say("run %d %-45s %-5s %12.2f %s  cpu %.2f s" % (r + 1, name, mode, res[0],
+                                                                 unit, res[1]))
     if a.only:
         for name in results:
             t, s = (med(results[name][m], 0) for m in ("tcp", "smclo"))
             if t and s:
                 print("%-45s smclo/TCP %.2fx (median of %d)" % (name, s / t, a.runs))
         return
-    write_report(results, a.runs, secs, oversubscribed_rows(a.runs, LOADED_SECS),
-                 oversubscribed_bench(a.runs), idle_memory())
+    write_report(results, a.runs, secs, loaded_secs,
+                 oversubscribed_rows(a.runs, loaded_secs, progress),
+                 oversubscribed_bench(a.runs, progress), idle_memory(progress))
 
 
 def med(vals, i):
@@ -370,9 +440,9 @@ def write_chart(chart):
     fig.savefig(ROOT / "bench" / "benchmarks.png", dpi=110)
 
 
-def write_report(results, runs, secs, loaded, loaded_bench, idle):
+def write_report(results, runs, secs, loaded_secs, loaded, loaded_bench, idle):
     lines = ["# smclo benchmarks", "",
-             "Generated by `make bench` (bench/run.py): %d interleaved runs per row of %d s, "
+             "Generated by `make bench` (bench/run.py): %d interleaved runs per row of %g s, "
              "median; CPU is user+sys of server and client per run.  Machine: %s, %d CPUs.  "
              "Ratios are smclo against TCP loopback measured in the same run; for latency a "
              "ratio below 1 is better, elsewhere above 1.  AF_UNIX where the programs have "
@@ -399,9 +469,9 @@ def write_report(results, runs, secs, loaded, loaded_bench, idle):
     table, slower = loaded_table(loaded)
     lines += ["", "## With %d busy processes on the %d CPUs" % (BUSY_LOOPS, os.cpu_count()), "",
               "No benchmark may be slower than TCP while %d busy loops share the CPUs (the spin "
-              "must back off).  Every row again, TCP and smclo only, %d runs of %d s each, the "
+              "must back off).  Every row again, TCP and smclo only, %d runs of %g s each, the "
               "order turning every round, median; same commands as above.  Slower than TCP: "
-              "%s." % (BUSY_LOOPS, runs, LOADED_SECS, ", ".join(slower) or "none"), ""] + table
+              "%s." % (BUSY_LOOPS, runs, loaded_secs, ", ".join(slower) or "none"), ""] + table
     lines += ["", "`smclo bench --runs %d --seconds 1` beside the same busy loops:" % runs, "",
               "```"] + loaded_bench + ["```"]
     lines += ["", "## Memory of 1000 idle connections", "",
