@@ -168,6 +168,44 @@ def procs():
     p.stop_all()
 
 
+VETH_NET = "10.199.0."      # two_namespaces: a has VETH_NET + "1", b VETH_NET + "2"
+
+
+def _sh(*args):
+    subprocess.run(args, check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def two_namespaces():
+    """Two network namespaces joined by a veth pair, (a, b), addressed
+    VETH_NET.1 and .2 /24; removed afterwards, also when setting up failed
+    half-way (a veth still in our namespace goes by name; once moved, it
+    goes with its namespace).  Needs root, as CI has."""
+    import uuid
+    assert os.geteuid() == 0, "network namespaces need root (CI is root)"
+    tag = uuid.uuid4().hex[:6]
+    a, b = "smclo-a-" + tag, "smclo-b-" + tag
+    va, vb = "sma" + tag, "smb" + tag
+    made = []
+    try:
+        for ns in (a, b):
+            _sh("ip", "netns", "add", ns)
+            made.append(ns)
+        _sh("ip", "link", "add", va, "type", "veth", "peer", "name", vb)
+        _sh("ip", "link", "set", va, "netns", a)
+        _sh("ip", "link", "set", vb, "netns", b)
+        _sh("ip", "-n", a, "addr", "add", VETH_NET + "1/24", "dev", va)
+        _sh("ip", "-n", b, "addr", "add", VETH_NET + "2/24", "dev", vb)
+        for ns, dev in ((a, va), (b, vb)):
+            _sh("ip", "-n", ns, "link", "set", dev, "up")
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+        yield a, b
+    finally:
+        subprocess.run(["ip", "link", "del", va], capture_output=True, timeout=30)
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
 @contextlib.contextmanager
 def tmpfs(size):
     """A private tmpfs of @size ("2m"), mounted for the block: a filesystem

@@ -3,40 +3,10 @@ registry directory they are accelerated; with separate directories they fall
 back to TCP."""
 import os
 import subprocess
-import uuid
 
-import pytest
-
-from conftest import PY, Registry, free_port
+from conftest import PY, VETH_NET, Registry, free_port
 
 PEER = os.path.join(os.path.dirname(__file__), "peer.py")
-
-
-def sh(*args):
-    subprocess.run(args, check=True, capture_output=True)
-
-
-@pytest.fixture
-def two_namespaces():
-    assert os.geteuid() == 0, "network namespaces need root (CI is root)"
-    tag = uuid.uuid4().hex[:6]
-    a, b = "smclo-a-" + tag, "smclo-b-" + tag
-    va, vb = "sma" + tag, "smb" + tag
-    sh("ip", "netns", "add", a)
-    sh("ip", "netns", "add", b)
-    try:
-        sh("ip", "link", "add", va, "type", "veth", "peer", "name", vb)
-        sh("ip", "link", "set", va, "netns", a)
-        sh("ip", "link", "set", vb, "netns", b)
-        sh("ip", "-n", a, "addr", "add", "10.199.0.1/24", "dev", va)
-        sh("ip", "-n", b, "addr", "add", "10.199.0.2/24", "dev", vb)
-        for ns, dev in ((a, va), (b, vb)):
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        yield a, b
-    finally:
-        subprocess.run(["ip", "netns", "del", a], capture_output=True)
-        subprocess.run(["ip", "netns", "del", b], capture_output=True)
 
 
 def exchange(procs, ns_server, ns_client, server_reg, client_reg):
@@ -46,7 +16,7 @@ def exchange(procs, ns_server, ns_client, server_reg, client_reg):
                        "0.0.0.0", str(port)], server_reg.env, smclo=False, text=True)
     assert srv.stdout.readline().strip() == "ready"
     r = subprocess.run(["ip", "netns", "exec", ns_client, SMCLO, "run", "--", PY, PEER, "send",
-                        "10.199.0.1", str(port), str(2 << 20)], env=client_reg.env,
+                        VETH_NET + "1", str(port), str(2 << 20)], env=client_reg.env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "match", r.stdout + r.stderr
     procs.stop(srv)
