@@ -13,8 +13,9 @@
 static const char usage[] =
 	"usage: smclo --version\n"
 	"       smclo run [-r SIZE] [-t SIZE] [-d DIR] [-v] -- PROGRAM [ARGS...]\n"
-	"       smclo stat [--json]        live connections: mode, fallback reason, bytes\n"
-	"       smclo stats [--json] [--reset]   totals since the registry was created\n"
+	"       smclo stat [--json] [--pid PID] [--port PORT] [--listening] [--tcp] [--shm]\n"
+	"                  [--watch [SECONDS] [--count N]]   live connections, listeners\n"
+	"       smclo stats [--json | --prometheus] [--reset]   totals since the registry was created\n"
 	"       smclo bench [--seconds N] [--size BYTES]   TCP loopback vs smclo\n"
 	"\n"
 	"environment: SMCLO_DIR, SMCLO_RMEM, SMCLO_WMEM, SMCLO_HANDSHAKE_MS,\n"
