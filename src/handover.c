@@ -18,6 +18,8 @@
  */
 #include "handover.h"
 
+#include "elfinfo.h"
+
 #include "conn.h"
 #include "handshake.h"
 #include "io.h"
@@ -26,7 +28,6 @@
 #include "sys.h"
 
 #include <dirent.h>
-#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -155,24 +156,19 @@ static int env_has_our_preload(char *const envp[])
 	return 0;
 }
 
-/* A dynamically linked ELF executable (one with a program interpreter)? */
-static int elf_dynamic(int fd)
+/*
+ * Will smclo see this program's socket calls?  Its loader must run (a
+ * dynamically linked ELF of our class), and it must not be a Go program:
+ * Go's runtime reads and writes descriptors with raw system calls, so a
+ * connection taken over there would be read as the doorbell socket it is
+ * underneath - wrong bytes.  Such a program gets a reset, as one without
+ * smclo does.
+ */
+static int elf_loads_smclo(int fd)
 {
-	Elf64_Ehdr eh;
+	struct elf_facts f;
 
-	if (pread(fd, &eh, sizeof(eh), 0) != sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG))
-		return 0;
-	if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_phentsize != sizeof(Elf64_Phdr))
-		return 0;       /* 32-bit programs cannot load this 64-bit library */
-	for (int i = 0; i < eh.e_phnum && i < 64; i++) {
-		Elf64_Phdr ph;
-		if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (Elf64_Off)i * sizeof(ph))) !=
-		    sizeof(ph))
-			return 0;
-		if (ph.p_type == PT_INTERP)
-			return 1;
-	}
-	return 0;
+	return elf_facts_fd(fd, &f) == 0 && f.interp && f.is64 && !f.go;
 }
 
 int handover_target_loads_smclo(const char *path, char *const envp[])
@@ -194,7 +190,7 @@ int handover_target_loads_smclo(const char *path, char *const envp[])
 	if (fstat(fd, &st) == 0 && !(st.st_mode & (S_ISUID | S_ISGID)) &&
 	    fgetxattr(fd, "security.capability", NULL, 0) < 0 &&
 	    pread(fd, head, 2, 0) == 2)
-		ok = (head[0] == '#' && head[1] == '!') ? 1 : elf_dynamic(fd);
+		ok = (head[0] == '#' && head[1] == '!') ? 1 : elf_loads_smclo(fd);
 	sys_close(fd);
 	return ok;
 }

@@ -228,6 +228,22 @@ def need(binary):
         pytest.fail("%s is not installed: run `make test`, which installs it" % binary)
 
 
+def go_build(directory, name, source):
+    """Build the Go program @source as @directory/@name with cgo on (the net
+    package then links libc dynamically: a program the dynamic loader starts,
+    LD_PRELOAD and all, whose own reads and writes still bypass libc).
+    GOTOOLCHAIN=local: never download a toolchain; the build cache is the
+    user's usual one."""
+    need("go")
+    src = os.path.join(directory, name + ".go")
+    with open(src, "w") as f:
+        f.write(source)
+    env = dict(os.environ, CGO_ENABLED="1", GOTOOLCHAIN="local", GOFLAGS="")
+    subprocess.run(["go", "build", "-o", os.path.join(directory, name), src], cwd=directory,
+                   env=env, check=True, timeout=300, capture_output=True)
+    return os.path.join(directory, name)
+
+
 # ---- watchdog (see the top of this file) ------------------------------------
 
 WATCH_VAR = "TESTS_WATCHDOG_ID"

@@ -16,7 +16,7 @@ import socket
 
 import pytest
 
-from conftest import PY, TESTBIN, free_port, wait_port
+from conftest import PY, TESTBIN, free_port, go_build, wait_port
 
 PEER = os.path.join(os.path.dirname(__file__), "peer.py")
 SERVER = str(TESTBIN / "exec_server")
@@ -103,3 +103,34 @@ def test_stdio_service(reg, procs, how):
         assert r.stdout.split() == ["match"], r.stdout + r.stderr
     st = reg.stats()
     assert st["accelerated_client"] == 5 and sum(st["fallback_by_reason"].values()) == 0, st
+
+
+GO_ECHO = """package main
+
+import (
+	"io"
+	_ "net" // cgo's resolver: the program is dynamically linked
+	"os"
+)
+
+func main() {
+	io.Copy(os.Stdout, os.Stdin)
+}
+"""
+
+
+def test_go_handler_gets_a_reset(reg, procs, tmp_path):
+    """A Go handler (dynamically linked through cgo, so the loader runs and
+    smclo loads) reads and writes stdin/stdout with raw system calls that
+    no preload library sees: taken over, the connection would be read as
+    the doorbell socket underneath - wrong bytes, or a hang.  It gets a
+    reset, as a program without smclo does, and the reason is counted."""
+    prog = go_build(str(tmp_path), "goecho", GO_ECHO)
+    port = free_port()
+    srv = procs.start([SERVER, str(port), "execl", prog], reg.env)
+    wait_port(port, proc=srv)
+    r = reg.run([PY, "-c", CLIENT, str(port), "5"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["reset"] * 5, r.stdout
+    st = reg.stats()
+    assert st["fallback_by_reason"]["exec-no-smclo"] == 5, st

@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from conftest import PY, SMCLO, free_port, need, wait_port
+from conftest import PY, SMCLO, free_port, go_build, need, wait_port
 
 WARN = "smclo: warning: "
 NOT_REACHED = "it runs on plain TCP, not accelerated"
@@ -86,15 +86,8 @@ def progs():
         for name, extra in (("dyn", []), ("static", ["-static"])):
             subprocess.run(["gcc", "-O1", "-o", os.path.join(d, name), src] + extra,
                            check=True, timeout=120)
-        need("go")
-        with open(os.path.join(d, "hello.go"), "w") as f:
-            f.write(GO_PROG)
-        # cgo on (net then links libc dynamically): the case that has a
-        # dynamic loader and still bypasses it.  GOTOOLCHAIN=local: never
-        # download a toolchain; the build cache is the user's usual one.
-        env = dict(os.environ, CGO_ENABLED="1", GOTOOLCHAIN="local", GOFLAGS="")
-        subprocess.run(["go", "build", "-o", os.path.join(d, "gocgo"), "hello.go"], cwd=d,
-                       env=env, check=True, timeout=300, capture_output=True)
+        # cgo on: the case that has a dynamic loader and still bypasses it
+        go_build(d, "gocgo", GO_PROG)
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)

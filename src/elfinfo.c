@@ -1,0 +1,214 @@
+/*
+ * elfinfo.c - what an executable's ELF headers say about running it under a
+ * preload library.
+ *
+ * Two places need the same answers: `smclo run` warns about programs smclo
+ * cannot reach (src/cli/inspect.c), and the library decides at exec whether
+ * the new program will take its connections over (src/handover.c).  Both
+ * ask: does the dynamic loader run (PT_INTERP), is it a Go program (whose
+ * net package makes raw system calls, so the interposed socket calls never
+ * see its reads), is it 64-bit.  The image may be anything a user can put
+ * in a file: every offset and size is checked against it before use.
+ */
+#include "elfinfo.h"
+
+#include <elf.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+/* @len bytes at @off within the @size-byte image, or NULL. */
+static const unsigned char *at(const unsigned char *img, size_t size, uint64_t off, uint64_t len)
+{
+	return off <= size && len <= size - off ? img + off : NULL;
+}
+
+/* Does a note segment hold Go's build id (owner "Go", type 4)? */
+static int go_note(const unsigned char *p, uint64_t len)
+{
+	while (len >= 12) {
+		uint32_t namesz, descsz, type;
+		uint64_t step;
+
+		memcpy(&namesz, p, 4);
+		memcpy(&descsz, p + 4, 4);
+		memcpy(&type, p + 8, 4);
+		step = 12 + (((uint64_t)namesz + 3) & ~3ULL) + (((uint64_t)descsz + 3) & ~3ULL);
+		if (step > len)
+			return 0;
+		if (namesz == 3 && !memcmp(p + 12, "Go", 3) && type == 4)
+			return 1;
+		p += step;
+		len -= step;
+	}
+	return 0;
+}
+
+/* Does the dynamic segment name a DT_SONAME? */
+static int has_soname(const unsigned char *p, uint64_t len, int is64)
+{
+	size_t esz = is64 ? sizeof(Elf64_Dyn) : sizeof(Elf32_Dyn);
+
+	for (uint64_t i = 0; i + esz <= len; i += esz) {
+		int64_t tag;
+
+		if (is64) {
+			Elf64_Dyn d;
+			memcpy(&d, p + i, sizeof(d));
+			tag = d.d_tag;
+		} else {
+			Elf32_Dyn d;
+			memcpy(&d, p + i, sizeof(d));
+			tag = d.d_tag;
+		}
+		if (tag == DT_NULL)
+			break;
+		if (tag == DT_SONAME)
+			return 1;
+	}
+	return 0;
+}
+
+/* One program header, either class: type, file offset, size in the file. */
+static int phdr(const unsigned char *img, size_t size, int is64, uint64_t off,
+                uint32_t *type, uint64_t *foff, uint64_t *fsz)
+{
+	const unsigned char *p = at(img, size, off, is64 ? sizeof(Elf64_Phdr) : sizeof(Elf32_Phdr));
+
+	if (!p)
+		return -1;
+	if (is64) {
+		Elf64_Phdr h;
+		memcpy(&h, p, sizeof(h));
+		*type = h.p_type, *foff = h.p_offset, *fsz = h.p_filesz;
+	} else {
+		Elf32_Phdr h;
+		memcpy(&h, p, sizeof(h));
+		*type = h.p_type, *foff = h.p_offset, *fsz = h.p_filesz;
+	}
+	return 0;
+}
+
+/* One section header, either class: name offset, file offset, size. */
+static int shdr(const unsigned char *img, size_t size, int is64, uint64_t off,
+                uint32_t *name, uint64_t *foff, uint64_t *fsz)
+{
+	const unsigned char *p = at(img, size, off, is64 ? sizeof(Elf64_Shdr) : sizeof(Elf32_Shdr));
+
+	if (!p)
+		return -1;
+	if (is64) {
+		Elf64_Shdr h;
+		memcpy(&h, p, sizeof(h));
+		*name = h.sh_name, *foff = h.sh_offset, *fsz = h.sh_size;
+	} else {
+		Elf32_Shdr h;
+		memcpy(&h, p, sizeof(h));
+		*name = h.sh_name, *foff = h.sh_offset, *fsz = h.sh_size;
+	}
+	return 0;
+}
+
+/* The header fields used here, either class. */
+struct elf_hdr {
+	uint64_t phoff, shoff;
+	unsigned phnum, phentsize, shnum, shentsize, shstrndx;
+};
+
+static int elf_header(const unsigned char *img, size_t size, int is64, struct elf_hdr *h)
+{
+	if (is64) {
+		Elf64_Ehdr e;
+		if (size < sizeof(e))
+			return -1;
+		memcpy(&e, img, sizeof(e));
+		*h = (struct elf_hdr){ e.e_phoff, e.e_shoff, e.e_phnum, e.e_phentsize,
+		                       e.e_shnum, e.e_shentsize, e.e_shstrndx };
+	} else {
+		Elf32_Ehdr e;
+		if (size < sizeof(e))
+			return -1;
+		memcpy(&e, img, sizeof(e));
+		*h = (struct elf_hdr){ e.e_phoff, e.e_shoff, e.e_phnum, e.e_phentsize,
+		                       e.e_shnum, e.e_shentsize, e.e_shstrndx };
+	}
+	return 0;
+}
+
+static void scan_segments(const unsigned char *img, size_t size, int is64,
+                          const struct elf_hdr *h, struct elf_facts *f)
+{
+	for (unsigned i = 0; i < h->phnum; i++) {
+		uint64_t foff, fsz;
+		const unsigned char *p;
+		uint32_t type;
+
+		if (phdr(img, size, is64, h->phoff + (uint64_t)i * h->phentsize, &type, &foff, &fsz) < 0)
+			return;
+		p = at(img, size, foff, fsz);
+		if (type == PT_INTERP)
+			f->interp = 1;
+		else if (type == PT_NOTE && p && go_note(p, fsz))
+			f->go = 1;
+		else if (type == PT_DYNAMIC && p && has_soname(p, fsz, is64))
+			f->soname = 1;
+	}
+}
+
+/* Go's sections, also where the notes were left out of every segment. */
+static void scan_sections(const unsigned char *img, size_t size, int is64,
+                          const struct elf_hdr *h, struct elf_facts *f)
+{
+	uint64_t stroff, strsz, foff, fsz;
+	uint32_t name;
+	const unsigned char *names;
+
+	if (!h->shnum || h->shstrndx >= h->shnum ||
+	    shdr(img, size, is64, h->shoff + (uint64_t)h->shstrndx * h->shentsize,
+	         &name, &stroff, &strsz) < 0 || !(names = at(img, size, stroff, strsz)))
+		return;
+	for (unsigned i = 0; i < h->shnum && !f->go; i++) {
+		if (shdr(img, size, is64, h->shoff + (uint64_t)i * h->shentsize, &name, &foff, &fsz) < 0)
+			return;
+		if (name < strsz && memchr(names + name, '\0', strsz - name) &&
+		    (!strcmp((const char *)names + name, ".note.go.buildid") ||
+		     !strcmp((const char *)names + name, ".go.buildinfo")))
+			f->go = 1;
+	}
+}
+
+int elf_facts(const unsigned char *img, size_t size, struct elf_facts *f)
+{
+	struct elf_hdr h;
+	int is64;
+
+	if (size < EI_NIDENT || memcmp(img, ELFMAG, SELFMAG) ||
+	    img[EI_DATA] != (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB))
+		return -1;
+	if (img[EI_CLASS] != ELFCLASS64 && img[EI_CLASS] != ELFCLASS32)
+		return -1;
+	is64 = img[EI_CLASS] == ELFCLASS64;
+	if (elf_header(img, size, is64, &h) < 0)
+		return -1;
+	memset(f, 0, sizeof(*f));
+	f->is64 = is64;
+	scan_segments(img, size, is64, &h, f);
+	scan_sections(img, size, is64, &h, f);
+	return 0;
+}
+
+int elf_facts_fd(int fd, struct elf_facts *f)
+{
+	struct stat st;
+	void *img;
+	int r;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0)
+		return -1;
+	img = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (img == MAP_FAILED)
+		return -1;
+	r = elf_facts(img, (size_t)st.st_size, f);
+	munmap(img, (size_t)st.st_size);
+	return r;
+}

@@ -1,0 +1,26 @@
+/*
+ * elfinfo.h - facts of an executable's ELF headers (see elfinfo.c).
+ */
+#ifndef SMCLO_ELFINFO_H
+#define SMCLO_ELFINFO_H
+
+#include <stddef.h>
+
+/* What matters of an executable, whatever its class. */
+struct elf_facts {
+	int interp;             /* PT_INTERP: the dynamic loader runs */
+	int soname;             /* DT_SONAME: a shared object run as a program (ld.so) */
+	int go;                 /* Go's build id note or build info section */
+	int is64;               /* ELFCLASS64 (a 32-bit program cannot load our library) */
+};
+
+/*
+ * The facts of the ELF image @img of @size bytes, of this machine's byte
+ * order; -1 if it is no such ELF (a script, another architecture's binary).
+ */
+int elf_facts(const unsigned char *img, size_t size, struct elf_facts *f);
+
+/* The same for the regular file open on @fd (mapped for the reading). */
+int elf_facts_fd(int fd, struct elf_facts *f);
+
+#endif
