@@ -244,6 +244,32 @@ def go_build(directory, name, source):
     return os.path.join(directory, name)
 
 
+def read_pty(args, env, timeout=120):
+    """Everything @args writes to a terminal (stdout and stderr, a pty), and
+    its exit status: for output that differs on a terminal."""
+    import pty
+    import select
+    master, slave = pty.openpty()
+    p = subprocess.Popen(args, env=env, stdout=slave, stderr=slave)
+    os.close(slave)
+    out = b""
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], timeout)
+            assert ready, "no output for %d s: %s" % (timeout, args)
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:         # EIO: the other side has closed
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(master)
+        rc = p.wait(timeout=timeout)
+    return out.decode(errors="replace"), rc
+
+
 # ---- watchdog (see the top of this file) ------------------------------------
 
 WATCH_VAR = "TESTS_WATCHDOG_ID"

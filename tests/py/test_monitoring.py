@@ -3,8 +3,6 @@ the filters of `smclo stat` (--pid, --port, --listening, --tcp, --shm),
 what it shows of a TCP peer without smclo, and `smclo stat --watch`."""
 import json
 import os
-import pty
-import select
 import signal
 import subprocess
 import sys
@@ -12,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import PY, SMCLO, free_port
+from conftest import PY, SMCLO, free_port, read_pty
 
 # An echo server taking any number of connections, one thread each.
 SERVER = r"""
@@ -269,26 +267,8 @@ def test_watch_bounded_by_count(reg, procs):
 
 
 def test_watch_on_a_terminal_refreshes_in_place(reg):
-    master, slave = pty.openpty()
-    p = subprocess.Popen([SMCLO, "stat", "--watch", "0.1", "--count", "2"], env=reg.env,
-                         stdout=slave, stderr=slave)
-    os.close(slave)
-    out = b""
-    try:
-        while True:
-            ready, _, _ = select.select([master], [], [], 10)
-            assert ready, "no output from smclo stat --watch on a terminal"
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:         # EIO: the other side has closed
-                break
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        os.close(master)
-        assert p.wait(timeout=10) == 0
-    assert out.count(b"\033[H\033[2J") == 2 and b"PID" in out, out
+    out, rc = read_pty([SMCLO, "stat", "--watch", "0.1", "--count", "2"], reg.env, timeout=10)
+    assert rc == 0 and out.count("\033[H\033[2J") == 2 and "PID" in out, out
 
 
 def test_watch_stops_on_sigint(reg):

@@ -2,14 +2,11 @@
 print what runs now and an estimate of the time left, one line per step;
 no escape sequence unless stdout is a terminal.  Run with the shortest
 settings: these test the lines, not the figures."""
-import os
-import pty
 import re
-import select
 import subprocess
 import sys
 
-from conftest import BUILD, ROOT, SMCLO
+from conftest import BUILD, ROOT, SMCLO, read_pty
 
 STEP = re.compile(r"^\[(\d+)/(\d+)\] (.+); about (\d+ s|\d+ min \d\d s) left$")
 
@@ -29,29 +26,6 @@ def test_smclo_bench_prints_steps_with_eta(reg):
     assert "\033" not in r.stdout and "\r" not in r.stdout
     # the table still comes: one row per benchmark after its steps
     assert re.search(r"^connection setup .* accelerated$", r.stdout, re.M), r.stdout
-
-
-def read_pty(args, env, timeout=120):
-    """Everything @args writes to a terminal, and its exit status."""
-    master, slave = pty.openpty()
-    p = subprocess.Popen(args, env=env, stdout=slave, stderr=slave)
-    os.close(slave)
-    out = b""
-    try:
-        while True:
-            ready, _, _ = select.select([master], [], [], timeout)
-            assert ready, "no output for %d s: %s" % (timeout, args)
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:         # EIO: the other side has closed
-                break
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        os.close(master)
-        rc = p.wait(timeout=timeout)
-    return out.decode(errors="replace"), rc
 
 
 def test_smclo_bench_on_a_terminal_rewrites_its_line(reg):
