@@ -403,9 +403,11 @@ def main():
             if t and s:
                 print("%-45s smclo/TCP %.2fx (median of %d)" % (name, s / t, a.runs))
         return
-    write_report(results, a.runs, secs, loaded_secs,
-                 oversubscribed_rows(a.runs, loaded_secs, progress),
-                 oversubscribed_bench(a.runs, progress), idle_memory(progress))
+    loaded = oversubscribed_rows(a.runs, loaded_secs, progress)
+    loaded_bench = oversubscribed_bench(a.runs, progress)
+    idle = idle_memory(progress)
+    progress.say("writing BENCHMARKS.md and bench/benchmarks.png")
+    write_report(results, a.runs, secs, loaded_secs, loaded, loaded_bench, idle)
 
 
 def med(vals, i):
