@@ -287,11 +287,46 @@ void sh_unlock(pthread_mutex_t *m)
 	pthread_mutex_unlock(m);
 }
 
+/*
+ * Remember which file @fd names.  smclo closes its descriptors with the raw
+ * system call from many places, so the mark is not taken back there: the
+ * file's identity tells a mark still true from a number handed out again.
+ */
+static void fd_mark_ours(int fd)
+{
+	struct fd_entry *e;
+	struct stat st;
+
+	if (fd < 0 || !(e = ent_use(fd)) || fstat(fd, &st) < 0)
+		return;
+	atomic_store_explicit(&e->ours_dev, (uint32_t)st.st_dev, memory_order_relaxed);
+	atomic_store_explicit(&e->ours_ino, (uint64_t)st.st_ino, memory_order_release);
+}
+
+int fd_is_ours(int fd)
+{
+	struct fd_entry *e = fd_entry(fd);
+	struct stat st;
+	uint64_t ino;
+
+	if (!e || !(ino = atomic_load_explicit(&e->ours_ino, memory_order_acquire)))
+		return 0;
+	if (fstat(fd, &st) == 0 && (uint64_t)st.st_ino == ino &&
+	    (uint32_t)st.st_dev == atomic_load_explicit(&e->ours_dev, memory_order_relaxed))
+		return 1;
+	/* smclo closed it since; the number names someone else's file now */
+	atomic_compare_exchange_strong(&e->ours_ino, &ino, 0);
+	return 0;
+}
+
 int fd_dup_hidden(int fd)
 {
 	int h = sys_fcntl(fd, F_DUPFD_CLOEXEC, hide_base);
 
-	return h >= 0 ? h : sys_fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (h < 0)
+		h = sys_fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	fd_mark_ours(h);
+	return h;
 }
 
 int fd_is_hidden(int fd)
@@ -303,8 +338,10 @@ int fd_hide(int fd)
 {
 	int h = fd_dup_hidden(fd);
 
-	if (h < 0)
+	if (h < 0) {
+		fd_mark_ours(fd);
 		return fd;
+	}
 	sys_close(fd);
 	return h;
 }

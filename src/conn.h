@@ -147,6 +147,9 @@ struct fd_entry {
 	_Atomic uint16_t flags;
 	_Atomic uint16_t kernel_accepts;        /* threads in accept()'s kernel wait (handshake.c) */
 	int listen_lock;                /* lock fd of our listener entry, +1 (0 = none) */
+	/* a descriptor of smclo's own (fd_hide): the file it names (see fd_is_ours) */
+	_Atomic uint64_t ours_ino;
+	_Atomic uint32_t ours_dev;
 };
 extern struct fd_entry *fdtab;
 extern int fdtab_size;
@@ -221,6 +224,15 @@ struct conn_shared *conn_shared_adopt(int fd, uint32_t offset);
 int fd_hide(int fd);
 /* The same, keeping @fd open. */
 int fd_dup_hidden(int fd);
+/*
+ * Is @fd one of smclo's own descriptors (made by fd_hide or fd_dup_hidden)
+ * and still open?  A program's close() loop, close_range() or closefrom()
+ * must leave those alone: a daemon or an inetd child closing "everything"
+ * before exec would otherwise take the registry, a connection's state and
+ * its TCP socket from under smclo (its hand-over then fails), and a number
+ * the kernel hands out again would be closed by smclo later.
+ */
+int fd_is_ours(int fd);
 /* Whether @fd is above the application's range (the move can fall short). */
 int fd_is_hidden(int fd);
 

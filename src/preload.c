@@ -519,57 +519,60 @@ static void forget_fd(int fd)
 
 /*
  * Daemons close every descriptor they did not open themselves (a close()
- * loop, close_range, closefrom), smclo's registry directory among them,
- * and would run unaccelerated from then on.  That one descriptor is kept:
- * the program sees it closed, and never gets its number back from the
- * kernel anyway (it sits above the program's range).
+ * loop, close_range, closefrom), and so do inetd-style children before they
+ * exec a handler: smclo's own descriptors among them (the registry, each
+ * connection's state, region and TCP socket) are kept (fd_is_ours).  The
+ * program sees them closed, and never gets their numbers back from the
+ * kernel anyway (they sit above the program's range).
  */
 EXPORT int close(int fd)
 {
 	REAL(close);
 
-	if (smclo_active && fd == registry_fd && fd >= 0)
+	if (smclo_active && fd_is_ours(fd))
 		return 0;
 	forget_fd(fd);
 	return real_close(fd);
 }
 
 /*
- * close_range over [@first, @last], around the registry's descriptor; the
+ * close_range over [@first, @last], around smclo's own descriptors; the
  * connections and listeners among them are forgotten as close() would (a
  * number the kernel hands out again must not still name a connection).
  */
-static int close_range_keeping_registry(unsigned first, unsigned last, int flags)
+static int close_range_keeping_ours(unsigned first, unsigned last, int flags)
 {
-	unsigned keep = (unsigned)registry_fd;
-	int rc = 0;
+	unsigned from = first;
+	int high;
 
-	if (smclo_active && !(flags & CLOSE_RANGE_CLOEXEC)) {
-		int high = fd_table_high();
-		for (unsigned fd = first; fd <= last && (int)fd <= high; fd++)
-			if ((int)fd != registry_fd && (fd_flags((int)fd) || fd_has_conn((int)fd)))
-				forget_fd((int)fd);
-	}
-
-	if (!smclo_active || registry_fd < 0 || keep < first || keep > last || (flags & CLOSE_RANGE_CLOEXEC))
+	if (!smclo_active || (flags & CLOSE_RANGE_CLOEXEC))
 		return (int)syscall(SYS_close_range, first, last, flags);
-	if (keep > first)
-		rc = (int)syscall(SYS_close_range, first, keep - 1, flags);
-	if (rc == 0 && keep < last)
-		rc = (int)syscall(SYS_close_range, keep + 1, last, flags);
-	return rc;
+	high = fd_table_high();
+	for (unsigned fd = first; fd <= last && (int)fd <= high; fd++) {
+		if (!fd_is_ours((int)fd)) {
+			if (fd_flags((int)fd) || fd_has_conn((int)fd))
+				forget_fd((int)fd);
+			continue;
+		}
+		if (fd > from && syscall(SYS_close_range, from, fd - 1, flags) < 0)
+			return -1;
+		from = fd + 1;
+	}
+	if (from > last)        /* the last ones were all ours */
+		return 0;
+	return (int)syscall(SYS_close_range, from, last, flags);
 }
 
 EXPORT int close_range(unsigned first, unsigned last, int flags)
 {
-	return close_range_keeping_registry(first, last, flags);
+	return close_range_keeping_ours(first, last, flags);
 }
 
 EXPORT void closefrom(int lowfd)
 {
 	if (lowfd < 0)
 		lowfd = 0;
-	if (close_range_keeping_registry((unsigned)lowfd, ~0U, 0) < 0) {
+	if (close_range_keeping_ours((unsigned)lowfd, ~0U, 0) < 0) {
 		/* no close_range (an old kernel): one by one, as glibc would */
 		for (int fd = lowfd; fd < fdtab_size; fd++)
 			close(fd);

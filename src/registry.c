@@ -235,7 +235,7 @@ void registry_lock_remove(int dirfd, const char *sub, int lock)
 		    mine.st_ino == there.st_ino && mine.st_dev == there.st_dev)
 			unlinkat(dirfd, path, 0);
 	}
-	close(lock);
+	sys_close(lock);        /* smclo's own (hidden): not through close(), which keeps those */
 }
 
 int registry_is_locked(int dirfd, const char *sub, const char *name)

@@ -43,6 +43,9 @@ Patterns (see PATTERNS at the end):
   exec-cat         inetd: fork, dup2 onto 0/1, exec /bin/cat
   exec-midstream   exec-cat after the server read (up to 1000 B of) the request
                    and answered that part itself
+  exec-closeall    exec-cat after the child closed every descriptor above 2
+                   with close(), one by one
+  exec-closerange  the same with os.closerange() (close_range(2))
   spawn-cat        os.posix_spawn of cat with the connection dup2'd onto 0/1
   subprocess-cat   subprocess.Popen(cat, stdin=conn, stdout=conn, close_fds=True)
   system-cat       os.system("exec cat <&N >&N")
@@ -465,7 +468,7 @@ def p_scm(keep, fresh=False, midstream=False):
 CAT = shutil.which("cat")
 
 
-def p_exec(prog, midstream=False):
+def p_exec(prog, midstream=False, closer=None):
     def run(port, work):
         argv = [sys.executable, "-c", PYECHO] if prog == "python" else [CAT]
         l = listen(port)
@@ -479,10 +482,25 @@ def p_exec(prog, midstream=False):
                 os.dup2(c.fileno(), 1)
                 c.close()
                 l.close()
+                close_all_above_stdio(closer)
                 os.execv(argv[0], argv)
             c.close()
             reap()
     return run
+
+
+def close_all_above_stdio(closer):
+    """What inetd-style servers do before exec: close every descriptor above
+    2, one by one (close) or at once (closerange: close_range(2))."""
+    top = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if closer == "close":
+        for fd in range(3, top):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    elif closer == "closerange":
+        os.closerange(3, top)
 
 
 def p_spawn_cat(port, work):
@@ -617,6 +635,8 @@ PATTERNS = {
     "exec-python": p_exec("python"),
     "exec-cat": p_exec("cat"),
     "exec-midstream": p_exec("cat", midstream=True),
+    "exec-closeall": p_exec("cat", closer="close"),
+    "exec-closerange": p_exec("cat", closer="closerange"),
     "spawn-cat": p_spawn_cat,
     "subprocess-cat": p_subprocess_cat,
     "system-cat": p_system_cat,

@@ -107,6 +107,10 @@ BUGS = {}
 #   without /proc lacks, and clients cannot tell which handshake they will
 #   get: after chroot() the listener's entry is made again flagged unreachable
 #   (src/handshake.c, hs_chrooted) and clients take TCP at once, no-registry.
+# * exec-closeall, exec-closerange: an inetd child closing every descriptor above
+#   2 before exec would take smclo's own (the connection's state, region and
+#   TCP socket) and the hand-over would find them gone; close(), close_range()
+#   and closefrom() keep smclo's own descriptors (fd_is_ours, src/conn.h).
 # * daemon-*: a daemon that closes every descriptor would close smclo's
 #   registry descriptor too; close(), close_range() and closefrom() keep that
 #   one (src/preload.c), so it is expected as for `accept`.
@@ -138,6 +142,8 @@ scm-midstream      direct         inbox          rendezvous      tcp
 exec-python        direct         inbox          rendezvous      tcp
 exec-cat           direct         inbox          rendezvous      tcp
 exec-midstream     direct         inbox          rendezvous      tcp
+exec-closeall      direct         inbox          rendezvous      tcp
+exec-closerange    direct         inbox          rendezvous      tcp
 spawn-cat          direct         inbox          rendezvous      tcp
 subprocess-cat     direct         inbox          rendezvous      tcp
 system-cat         direct         inbox          rendezvous      tcp
@@ -428,7 +434,8 @@ SERIAL = {"accept", "handoff", "scm-keep", "scm-close", "scm-exec", "scm-midstre
           "system-cat", "setuid", "setgid", "chroot", "daemon-close", "daemon-closerange",
           "spawn-helper", "subprocess-helper"}
 AT_ONCE = {"prefork": 3}
-CAT_HANDLER = {"exec-cat", "exec-midstream", "spawn-cat", "subprocess-cat", "system-cat"}
+CAT_HANDLER = {"exec-cat", "exec-midstream", "exec-closeall", "exec-closerange", "spawn-cat",
+               "subprocess-cat", "system-cat"}
 GREETS = {"fork-early", "fork-late"}
 SERVER_WAITS = ["idle", "flood"]
 ECHO_START_BYTES = 4 * 4096         # matrix_kill.py echo_start(): ROUNDS x CHUNK
