@@ -12,6 +12,9 @@ allocated before it is mapped (registry_map_backed).
  - a tmpfs that fills up while a server runs: 20 more connections, intact;
  - a registry directory its user may no longer write: intact, the cause
    named on stderr.
+ - /dev/shm itself full (a mount namespace of its own), the default
+   registry: /bin/true exits 0, the cause named, an echo server and client
+   move their bytes intact.
 """
 import os
 import subprocess
@@ -94,3 +97,38 @@ def test_registry_not_writable(shared_dir, procs):
     assert "Permission denied" in r.stderr, r.stderr
     st = reg.stats()
     assert st["accelerated"] == 0, st
+
+
+# Inside a mount namespace of its own, /dev/shm is replaced by a 2 MiB tmpfs
+# filled to the last block; the registry is the default one (no SMCLO_DIR),
+# under /dev/shm, as every user who sets nothing has it.
+DEV_SHM_FULL = r"""
+set -e
+mount -t tmpfs -o size=2m tmpfs /dev/shm
+dd if=/dev/zero of=/dev/shm/fill bs=64k 2>/dev/null || true
+[ "$(stat -f -c %a /dev/shm)" = 0 ]
+"$SMCLO" run -- /bin/true
+"$SMCLO" run -- "$PY" "$PEER" echo-many 127.0.0.1 "$PORT" &
+srv=$!
+for i in $(seq 100); do
+    "$PY" -c "import socket,sys; socket.create_connection(('127.0.0.1', $PORT)).close()" \
+        2>/dev/null && break
+    sleep 0.05
+done
+"$SMCLO" run -- "$PY" "$PEER" churn 127.0.0.1 "$PORT" 20
+kill -0 $srv
+kill $srv
+"""
+
+
+def test_dev_shm_full():
+    """/dev/shm itself full, default registry: every program runs (/bin/true
+    exits 0, the cause named), and an echo server and its clients move
+    their bytes intact, on TCP."""
+    env = dict(os.environ, SMCLO=SMCLO, PY=PY, PEER=PEER, PORT=str(free_port()))
+    env.pop("SMCLO_DIR", None)
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", DEV_SHM_FULL],
+                       env=env, capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, "exit %d:\n%s\n%s" % (r.returncode, r.stdout, r.stderr)
+    assert r.stdout.split()[-2:] == ["bad", "0"], r.stdout      # after the server's "ready"
+    assert "/dev/shm" in r.stderr and "No space left on device" in r.stderr, r.stderr
