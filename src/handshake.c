@@ -1499,7 +1499,11 @@ int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t
 		int fds[OFFER_FDS];
 		if (inbox_take(&sv.local, &sv.peer, &m, fds) == 0) {
 			rc = server_take_offer(&sv, &m, fds);
-			listener_go_direct(lfd);        /* an smclo client: the next ones need no TCP */
+			/* a client we took: the next ones need no TCP.  Not after a
+			 * decline: its TCP connection would reach us without an offer,
+			 * and the reason would read peer-no-smclo here */
+			if (sv.s >= 0)
+				listener_go_direct(lfd);
 			return rc;
 		}
 	}
