@@ -145,3 +145,28 @@ def test_bad_configuration_is_reported(reg):
     env = dict(reg.env, LD_PRELOAD=str(TESTBIN.parent / "libsmclo.so"), SMCLO_HANDSHAKE_MS="x")
     r = subprocess.run(["true"], env=env, capture_output=True, text=True)
     assert "SMCLO_HANDSHAKE_MS=x" in r.stderr and "disabled" in r.stderr
+
+
+def test_declined_clients_are_named_at_both_ends(shared_dir, procs):
+    """A server that waits in accept() (direct-capable) declines a client of
+    another user (the client allows the server's uid, the server does not
+    allow the client's): every connection is TCP with different-user at both
+    ends.  A listener that went direct after its first decline counted the
+    following connections peer-no-smclo at its end (their declined direct
+    offers leave no connection behind to count)."""
+    assert os.geteuid() == 0, "this test runs a second user and needs root (CI is root)"
+    from conftest import Registry
+    reg = Registry(shared_dir)
+    port = free_port()
+    srv = procs.start([SMCLO, "__bench-worker", "server", str(port), "connect", "100", "0"],
+                      reg.env, text=True)
+    assert srv.stdout.readline().strip() == "ready"
+    r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                        SMCLO, "run", "--", SMCLO, "__bench-worker", "client", str(port),
+                        "connect", "100", "0.2"], env=dict(reg.env, SMCLO_ALLOW_UIDS="0"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("value"), r.stdout + r.stderr
+    srv.wait(timeout=10)
+    st = reg.stats()
+    assert st["accelerated"] == 0 and st["fallback"] >= 20, st
+    assert st["fallback_by_reason"]["different-user"] == st["fallback"], st["fallback_by_reason"]
