@@ -2,7 +2,7 @@
  * fuzz_stats.c - other processes' statistics files as `smclo stat` and
  * `smclo stats` read them: connection tables c/<pid>.<rand> and totals
  * t/<uid> (src/stats.c), and the listing of each table slot
- * (print_slot, src/cli/stat.c).
+ * (print_rows, src/cli/stat.c).
  *
  * Anyone who may write the registry can write these files, and they are
  * read (pread into a copy), never mapped.  Every input makes one table -
@@ -10,10 +10,10 @@
  * zero - held by its "owner" (its lock taken, so it is listed) or dead (no
  * lock, so it is folded into our totals and removed), and one totals file
  * of another uid with any length and contents.  Then: stats_collect_dead,
- * stats_for_each through print_slot (text or JSON, to /dev/null),
+ * stats_for_each through print_rows (text or JSON, to /dev/null),
  * stats_totals_sum, stats_fallbacks, stats_fallback_not_short_lived.
  *
- * print_slot is static: this file includes src/cli/stat.c to reach it.
+ * print_rows is static: this file includes src/cli/stat.c to reach it.
  *
  * Input: [options][table header, 16][slot count][slots, 112 each...]
  *        [totals file bytes...]
@@ -86,18 +86,23 @@ static int counters(struct stats_totals *t, uint64_t c[COUNTERS_MAX])
 	return n;
 }
 
+/* One slot listed as `smclo stat` lists a row (no peer looked up). */
+static void print_one(const struct stat_slot *s, int json)
+{
+	struct row w = { .s = *s };
+	struct rows r = { .v = &w, .n = 1, .cap = 1 };
+
+	print_rows(&r, json);
+}
+
 static void print_text(const struct stat_slot *s, void *arg)
 {
-	struct stat_out o = { .json = 0 };
-
-	print_slot(s, &o);
+	print_one(s, 0);
 }
 
 static void print_json(const struct stat_slot *s, void *arg)
 {
-	struct stat_out o = { .json = 1, .n = 1 };
-
-	print_slot(s, &o);
+	print_one(s, 1);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -33,7 +33,7 @@ FUZZ_BUILD=${FUZZ_BUILD:-$root/build-fuzz}
 
 # what every harness links: the library's pure part (CMakeLists.txt: smclo_core)
 core="src/ring.c src/clc.c src/reason.c src/config.c src/log.c src/registry.c
-      src/stats.c src/addr.c src/forkguard.c"
+      src/stats.c src/addr.c src/forkguard.c src/peerinfo.c src/elfinfo.c"
 
 # the rest each harness needs
 extra_sources() {
