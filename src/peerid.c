@@ -22,29 +22,9 @@
 #endif
 #define PIDFS_MAGIC 0x50494446
 
-#define KIND_SHIFT 62
-#define VALUE_MASK ((UINT64_C(1) << KIND_SHIFT) - 1)
-
 /* Is pidfs there?  0: not known yet, 1: yes (pidfs_dev holds its device), -1: no. */
 static _Atomic int pidfs_state;
 static _Atomic dev_t pidfs_dev;
-
-peerid peerid_make(enum peerid_kind kind, uint64_t value)
-{
-	if (value == 0 || (value & ~VALUE_MASK))
-		return PEERID_NONE;
-	return (uint64_t)kind << KIND_SHIFT | value;
-}
-
-enum peerid_kind peerid_kind_of(peerid k)
-{
-	return (enum peerid_kind)(k >> KIND_SHIFT);
-}
-
-pid_t peerid_pid(peerid k)
-{
-	return peerid_kind_of(k) == PEERID_PID ? (pid_t)(k & VALUE_MASK) : 0;
-}
 
 /* Is @pidfd (described by @st) a pidfs inode, one per process?  Learnt once. */
 static int on_pidfs(int pidfd, const struct stat *st)

@@ -37,11 +37,32 @@ typedef uint64_t peerid;
 #define PEERID_NONE 0
 enum peerid_kind { PEERID_PID = 1, PEERID_PIDFS = 2, PEERID_LINK = 3 };
 
+#define PEERID_KIND_SHIFT 62
+#define PEERID_VALUE_MASK ((UINT64_C(1) << PEERID_KIND_SHIFT) - 1)
+
+/*
+ * Inline: region.c uses only these, and links without peerid.c (the fuzzing
+ * harness of region_map builds region.c alone).
+ */
+
 /* A key of @kind for @value; PEERID_NONE if @value is 0 or does not fit. */
-peerid peerid_make(enum peerid_kind kind, uint64_t value);
-enum peerid_kind peerid_kind_of(peerid k);
+static inline peerid peerid_make(enum peerid_kind kind, uint64_t value)
+{
+	if (value == 0 || (value & ~PEERID_VALUE_MASK))
+		return PEERID_NONE;
+	return (uint64_t)kind << PEERID_KIND_SHIFT | value;
+}
+
+static inline enum peerid_kind peerid_kind_of(peerid k)
+{
+	return (enum peerid_kind)(k >> PEERID_KIND_SHIFT);
+}
+
 /* The pid a PEERID_PID key names (for liveness checks), else 0. */
-pid_t peerid_pid(peerid k);
+static inline pid_t peerid_pid(peerid k)
+{
+	return peerid_kind_of(k) == PEERID_PID ? (pid_t)(k & PEERID_VALUE_MASK) : 0;
+}
 
 /*
  * The process that made socket pair @s (or connected it): its pidfs key,
