@@ -229,6 +229,31 @@ void rx_note_interrupted(void)
 	interrupted = 1;
 }
 
+/*
+ * Woken IDLE_LOOK times with nothing to read.  rx_wait() believes a doorbell
+ * count before a hang-up (a queued doorbell and the end of the socket both
+ * read as 0 bytes), so a peer that counted doorbells it never sent and then
+ * went away would keep us draining nothing for ever: look for the hang-up
+ * here.  1: it hung up (the next look ends the stream); 0: look again;
+ * -ECONNRESET once the doorbells have not matched for too long (hostile).
+ */
+#define IDLE_LOOK 64
+
+static int rx_idle_look(struct conn *c, int fd, int idle_loops)
+{
+	uint32_t hup = peer_hangup_flags(fd);
+
+	if (hup) {
+		atomic_fetch_or(&c->sh->flags, hup);
+		return 1;
+	}
+	if (idle_loops > 100000) {
+		conn_mark_broken(c);
+		return -ECONNRESET;
+	}
+	return 0;
+}
+
 ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct conn_shared *sh = c->sh;
@@ -288,10 +313,8 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 			continue;
 		bell_drain(c, fd, 0);
 		end = interrupted && !dontwait ? -EINTR : rx_wait(c, fd, dontwait, peek ? 0 : total - got);
-		if (end == 0 && ++idle_loops > 100000) {
-			conn_mark_broken(c);    /* doorbells that never match: hostile */
-			end = -ECONNRESET;
-		}
+		if (end == 0 && ++idle_loops % IDLE_LOOK == 0)
+			end = rx_idle_look(c, fd, idle_loops);
 		if (end < 0) {
 			if (got == 0)
 				err = -end;

@@ -139,6 +139,21 @@ struct world {
 	int fd, peer;                   /* doorbell socket: our end, the peer's */
 };
 
+FUZZ_QUIET static void fill(uint8_t *buf, size_t n, unsigned mul, unsigned add)
+{
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (uint8_t)(i * mul + add);
+}
+
+/* Are @buf's @n bytes the peer's, from stream position @start on? */
+FUZZ_QUIET static int peer_bytes_at(const uint8_t *buf, size_t n, uint64_t start, uint32_t size)
+{
+	for (size_t i = 0; i < n; i++)
+		if (buf[i] != peer_byte((start + i) & (size - 1)))
+			return 0;
+	return 1;
+}
+
 static void invariants(struct world *w)
 {
 	struct conn_shared *sh = &w->sh;
@@ -179,8 +194,7 @@ static void step_read(struct world *w, struct in *in)
 	r = rx_recv(&w->c, w->fd, iov, n, flags);
 	if (r > 0) {
 		FUZZ_CHECK((size_t)r <= total);
-		for (ssize_t i = 0; i < r; i++)
-			FUZZ_CHECK(buf[i] == peer_byte((start + (uint64_t)i) & (w->c.rx_size - 1)));
+		FUZZ_CHECK(peer_bytes_at(buf, (size_t)r, start, w->c.rx_size));
 		FUZZ_CHECK(w->sh.cons == start + (how & 1 ? 0 : (uint64_t)r));
 	} else if (r < 0) {
 		FUZZ_CHECK(errno == EAGAIN || errno == ECONNRESET || (flags & MSG_OOB));
@@ -191,7 +205,7 @@ static void step_read(struct world *w, struct in *in)
 	free(buf);
 }
 
-static void check_written(struct world *w, uint64_t at, const uint8_t *src, size_t n)
+FUZZ_QUIET static void check_written(struct world *w, uint64_t at, const uint8_t *src, size_t n)
 {
 	const uint8_t *d = ring_data(w->tx);
 
@@ -211,8 +225,7 @@ static void step_write(struct world *w, struct in *in)
 	uint64_t start = w->sh.prod;
 	ssize_t r;
 
-	for (size_t i = 0; i < total; i++)
-		buf[i] = (uint8_t)(i * 17 + seed);
+	fill(buf, total, 17, seed);
 	errno = 0;
 	r = tx_send(&w->c, w->fd, iov, n, MSG_DONTWAIT | MSG_NOSIGNAL | oob);
 	if (r > 0) {
@@ -246,8 +259,7 @@ static void step_pending(struct world *w, struct in *in)
 		free(buf);
 		return;
 	}
-	for (size_t i = 0; i < total; i++)
-		buf[i] = (uint8_t)(i * 5 + 1);
+	fill(buf, total, 5, 1);
 	atomic_store(&w->tx->offer, offer);
 	atomic_store(&w->c.pending, PENDING_OPEN);
 	w->c.pending_until_ms = mono_now_ms() + 60000;
@@ -279,8 +291,7 @@ static void step_sendfile(struct world *w, struct in *in)
 
 		FUZZ_CHECK((size_t)r <= count && off == from + r);
 		FUZZ_CHECK(w->sh.prod == start + (uint64_t)r);
-		for (ssize_t i = 0; i < r; i++)
-			want[i] = file_byte((uint64_t)(from + i));
+		fill(want, (size_t)r, 29, (unsigned)(from * 29 + 1));     /* file_byte(from + i) */
 		check_written(w, start, want, (size_t)r);
 		free(want);
 	} else {
