@@ -13,9 +13,9 @@
 #include "elfinfo.h"
 
 #include <elf.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 /* @len bytes at @off within the @size-byte image, or NULL. */
 static const unsigned char *at(const unsigned char *img, size_t size, uint64_t off, uint64_t len)
@@ -36,7 +36,8 @@ static int go_note(const unsigned char *p, uint64_t len)
 		step = 12 + (((uint64_t)namesz + 3) & ~3ULL) + (((uint64_t)descsz + 3) & ~3ULL);
 		if (step > len)
 			return 0;
-		if (namesz == 3 && !memcmp(p + 12, "Go", 3) && type == 4)
+		/* Go's linker writes the name "Go" padded with NULs to 4 bytes */
+		if ((namesz == 3 || namesz == 4) && !memcmp(p + 12, "Go", 3) && type == 4)
 			return 1;
 		p += step;
 		len -= step;
@@ -197,18 +198,25 @@ int elf_facts(const unsigned char *img, size_t size, struct elf_facts *f)
 	return 0;
 }
 
+/*
+ * Read, not mapped: a file someone truncates meanwhile must not raise
+ * SIGBUS in the program that is about to exec it.  The headers, the program
+ * headers and Go's note sit at the start of every executable linkers make;
+ * what lies past ELF_PREFIX (section headers) is simply not seen.
+ */
+#define ELF_PREFIX (64u << 10)
+
 int elf_facts_fd(int fd, struct elf_facts *f)
 {
-	struct stat st;
-	void *img;
-	int r;
+	unsigned char *img = malloc(ELF_PREFIX);
+	ssize_t n;
+	int r = -1;
 
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0)
+	if (!img)
 		return -1;
-	img = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	if (img == MAP_FAILED)
-		return -1;
-	r = elf_facts(img, (size_t)st.st_size, f);
-	munmap(img, (size_t)st.st_size);
+	n = pread(fd, img, ELF_PREFIX, 0);
+	if (n > 0)
+		r = elf_facts(img, (size_t)n, f);
+	free(img);
 	return r;
 }

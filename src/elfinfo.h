@@ -20,7 +20,7 @@ struct elf_facts {
  */
 int elf_facts(const unsigned char *img, size_t size, struct elf_facts *f);
 
-/* The same for the regular file open on @fd (mapped for the reading). */
+/* The same for the first 64 KiB of the file open on @fd (read, not mapped). */
 int elf_facts_fd(int fd, struct elf_facts *f);
 
 #endif
