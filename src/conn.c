@@ -35,6 +35,7 @@ struct fd_entry *fdtab;
 int fdtab_size;
 static _Atomic int fd_high;         /* no entry above this was ever used: walks stop here */
 static int hide_base;
+static _Atomic uint64_t *ours_bits;         /* fd_mark_ours: one bit per number */
 static _Atomic int n_conns;
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -56,6 +57,10 @@ int fdtab_init(void)
 		fdtab = NULL;
 		return -1;
 	}
+	ours_bits = mmap(NULL, ((size_t)fdtab_size + 63) / 64 * sizeof(*ours_bits),
+	                 PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (ours_bits == MAP_FAILED)
+		ours_bits = NULL;       /* close_range() then keeps only the registry's */
 	fd_limit_changed();
 	return 0;
 }
@@ -289,18 +294,45 @@ void sh_unlock(pthread_mutex_t *m)
 
 /*
  * Remember which file @fd names.  smclo closes its descriptors with the raw
- * system call from many places, so the mark is not taken back there: the
- * file's identity tells a mark still true from a number handed out again.
+ * system call from many places, so a mark is not always taken back there:
+ * the file's identity tells a mark still true from a number handed out
+ * again.  The marks live beside the table entries, with one bit each in
+ * ours_bits so that close_range() finds them without walking the hidden
+ * range (they do not move fd_high: the walks over the program's
+ * descriptors stay as short as the program's range).
  */
+static void ours_bit(int fd, int on)
+{
+	uint64_t m = 1ull << (fd % 64);
+
+	if (!ours_bits)
+		return;
+	if (on)
+		atomic_fetch_or_explicit(&ours_bits[fd / 64], m, memory_order_release);
+	else
+		atomic_fetch_and_explicit(&ours_bits[fd / 64], ~m, memory_order_release);
+}
+
 static void fd_mark_ours(int fd)
 {
-	struct fd_entry *e;
+	struct fd_entry *e = fd_entry(fd);
 	struct stat st;
 
-	if (fd < 0 || !(e = ent_use(fd)) || fstat(fd, &st) < 0)
+	if (!e || fstat(fd, &st) < 0)
 		return;
 	atomic_store_explicit(&e->ours_dev, (uint32_t)st.st_dev, memory_order_relaxed);
 	atomic_store_explicit(&e->ours_ino, (uint64_t)st.st_ino, memory_order_release);
+	ours_bit(fd, 1);
+}
+
+void fd_forget_ours(int fd)
+{
+	struct fd_entry *e = fd_entry(fd);
+
+	if (!e)
+		return;
+	atomic_store_explicit(&e->ours_ino, 0, memory_order_relaxed);
+	ours_bit(fd, 0);
 }
 
 int fd_is_ours(int fd)
@@ -309,14 +341,42 @@ int fd_is_ours(int fd)
 	struct stat st;
 	uint64_t ino;
 
+	if (fd >= 0 && fd == registry_fd)
+		return 1;       /* also above the table (a soft limit past 8M) */
 	if (!e || !(ino = atomic_load_explicit(&e->ours_ino, memory_order_acquire)))
 		return 0;
-	if (fstat(fd, &st) == 0 && (uint64_t)st.st_ino == ino &&
+	/* a number the program holds a connection or socket of ours under is
+	 * the program's, whatever file it names (a hidden end dup3'd into its
+	 * place, then copied by the program to this number) */
+	if (!fd_has_conn(fd) && !fd_flags(fd) && fstat(fd, &st) == 0 &&
+	    (uint64_t)st.st_ino == ino &&
 	    (uint32_t)st.st_dev == atomic_load_explicit(&e->ours_dev, memory_order_relaxed))
 		return 1;
 	/* smclo closed it since; the number names someone else's file now */
-	atomic_compare_exchange_strong(&e->ours_ino, &ino, 0);
+	if (atomic_compare_exchange_strong(&e->ours_ino, &ino, 0))
+		ours_bit(fd, 0);
 	return 0;
+}
+
+int fd_next_ours(unsigned from, unsigned last)
+{
+	unsigned end = (unsigned)fdtab_size - 1;
+
+	if (!ours_bits || fdtab_size <= 0 || from > end)
+		return -1;
+	if (last < end)
+		end = last;
+	for (unsigned w = from / 64; w <= end / 64; w++) {
+		uint64_t bits = atomic_load_explicit(&ours_bits[w], memory_order_acquire);
+
+		if (w == from / 64)
+			bits &= ~0ull << (from % 64);
+		if (bits) {
+			unsigned fd = w * 64 + (unsigned)__builtin_ctzll(bits);
+			return fd <= end ? (int)fd : -1;
+		}
+	}
+	return -1;
 }
 
 int fd_dup_hidden(int fd)

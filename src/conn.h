@@ -233,6 +233,11 @@ int fd_dup_hidden(int fd);
  * the kernel hands out again would be closed by smclo later.
  */
 int fd_is_ours(int fd);
+/* The first descriptor in [@from, @last] marked ours (fd_is_ours then tells
+ * whether it still is), or -1. */
+int fd_next_ours(unsigned from, unsigned last);
+/* smclo is about to move or close @fd itself: it is no longer ours. */
+void fd_forget_ours(int fd);
 /* Whether @fd is above the application's range (the move can fall short). */
 int fd_is_hidden(int fd);
 

@@ -168,7 +168,8 @@ static int elf_loads_smclo(int fd)
 {
 	struct elf_facts f;
 
-	return elf_facts_fd(fd, &f) == 0 && f.interp && f.is64 && !f.go;
+	return elf_facts_fd(fd, &f) == 0 && f.interp && f.is64 && !f.go &&
+	       (!ELF_MACHINE_NATIVE || f.machine == ELF_MACHINE_NATIVE);
 }
 
 int handover_target_loads_smclo(const char *path, char *const envp[])
@@ -183,7 +184,8 @@ int handover_target_loads_smclo(const char *path, char *const envp[])
 		return -1;
 	if (!env_has_our_preload(envp))
 		return 0;
-	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a path swapped for a FIFO since the stat must not block us */
+	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return 0;
 	/* the loader ignores LD_PRELOAD for set-ID and file-capability programs */

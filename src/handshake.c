@@ -548,6 +548,7 @@ static void client_install(struct client *cl, int s, struct shm_parts *p)
 	p->rcvtimeo_ms = so_copy_timeouts(cl->fd, s);
 	tcp = fd_dup_hidden(cl->fd);
 	sys_dup3(s, cl->fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
+	fd_forget_ours(s);      /* the program's now, under cl->fd */
 	sys_close(s);
 	if (fl & O_NONBLOCK)            /* the server hands its end over blocking */
 		sys_fcntl(cl->fd, F_SETFL, O_NONBLOCK);
@@ -705,6 +706,7 @@ static void pending_take(int fd, struct conn *c)
 	c->sh->rcvtimeo_ms = so_copy_timeouts(fd, c->bell_fd) + 1;
 	c->tcp_fd = fd_dup_hidden(fd);
 	sys_dup3(c->bell_fd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
+	fd_forget_ours(c->bell_fd);
 	sys_close(c->bell_fd);
 	c->bell_fd = -1;
 	conn_note_bell(c, fd);

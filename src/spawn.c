@@ -237,11 +237,10 @@ static int apply_op(const struct fa_op *op)
 	case FA_FCHDIR:
 		return fchdir(op->fd) < 0 ? errno : 0;
 	case FA_CLOSEFROM:
-		for (int i = op->fd; i < 65536; i++) {
-			if (fd_has_conn(i) || fd_flags(i))
-				close(i);       /* through us: the connection leaves this process */
-		}
-		return syscall(SYS_close_range, op->fd, ~0U, 0) < 0 ? errno : 0;
+		/* through us: connections leave this process, smclo's own
+		 * descriptors stay for the exec's hand-over (preload.c) */
+		closefrom(op->fd);
+		return 0;
 	}
 	return EINVAL;
 }

@@ -5,7 +5,8 @@
  *
  *   exec_server PORT HOW [PROGRAM]
  *   HOW: execl execle execlp execv execvp execve fexecve execveat
- *        posix_spawn posix_spawnp system popen vfork
+ *        posix_spawn posix_spawnp posix_spawn_closefrom (closing every
+ *        descriptor above 2 in the file actions) system popen vfork
  *        execle-bare (an environment without LD_PRELOAD: the program
  *        cannot load smclo)
  *
@@ -79,7 +80,10 @@ static void spawn_cat(const char *how, int c)
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, c, 0);
 	posix_spawn_file_actions_adddup2(&fa, c, 1);
-	if (!strcmp(how, "posix_spawn"))
+	/* what inetd-style servers add: every descriptor above 2 closed */
+	if (!strcmp(how, "posix_spawn_closefrom"))
+		posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+	if (strcmp(how, "posix_spawnp"))
 		rc = posix_spawn(&pid, prog, &fa, NULL, argv, environ);
 	else
 		rc = posix_spawnp(&pid, strrchr(prog, '/') + 1, &fa, NULL, argv, environ);

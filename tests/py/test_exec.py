@@ -22,7 +22,7 @@ PEER = os.path.join(os.path.dirname(__file__), "peer.py")
 SERVER = str(TESTBIN / "exec_server")
 
 WAYS = ["execl", "execle", "execlp", "execv", "execvp", "execve", "fexecve", "execveat",
-        "posix_spawn", "posix_spawnp", "system", "popen", "vfork"]
+        "posix_spawn", "posix_spawnp", "posix_spawn_closefrom", "system", "popen", "vfork"]
 
 
 @pytest.mark.parametrize("how", WAYS)
