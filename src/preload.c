@@ -25,6 +25,7 @@
 #include "pollwait.h"
 #include "registry.h"
 #include "sockopt.h"
+#include "spin.h"
 #include "stats.h"
 #include "sys.h"
 #include "watch.h"
@@ -316,6 +317,12 @@ __attribute__((destructor)) static void smclo_fini(void)
 		stats_table_remove_at_exit(registry_fd);
 }
 
+/* What a spinning waiter does first (spin.h): closes put off, a pair made ahead. */
+static int idle_work(void)
+{
+	return deferred_run() + pairs_refill();
+}
+
 __attribute__((constructor)) static void smclo_init(void)
 {
 	char err[300];
@@ -348,6 +355,7 @@ __attribute__((constructor)) static void smclo_init(void)
 		        "connections are not counted in `smclo stats`\n",
 		        cfg.dir, (unsigned)geteuid(), strerror(errno));
 	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+	spin_set_idle_work(idle_work);
 	smclo_active = 1;
 	DBG("active, registry %s, ring %u, handshake %d ms", cfg.dir, cfg.tx_size, cfg.handshake_ms);
 	handover_adopt();
@@ -535,6 +543,20 @@ EXPORT int close(int fd)
 	return real_close(fd);
 }
 
+/* The first of smclo's own descriptors in [@from, @last], or -1. */
+static int next_ours(unsigned from, unsigned last)
+{
+	int o = fd_next_ours(from, last);
+
+	while (o >= 0 && !fd_is_ours(o))
+		o = (unsigned)o < last ? fd_next_ours((unsigned)o + 1, last) : -1;
+	/* the registry's may lie above the table (fd_is_ours) */
+	if (registry_fd >= 0 && (unsigned)registry_fd >= from && (unsigned)registry_fd <= last &&
+	    (o < 0 || registry_fd < o))
+		o = registry_fd;
+	return o;
+}
+
 /*
  * close_range over [@first, @last], around smclo's own descriptors; the
  * connections and listeners among them are forgotten as close() would (a
@@ -543,20 +565,20 @@ EXPORT int close(int fd)
 static int close_range_keeping_ours(unsigned first, unsigned last, int flags)
 {
 	unsigned from = first;
-	int high;
+	int high, o;
 
-	if (!smclo_active || (flags & CLOSE_RANGE_CLOEXEC))
+	if (!smclo_active || (flags & CLOSE_RANGE_CLOEXEC) || first > last)
 		return (int)syscall(SYS_close_range, first, last, flags);
 	high = fd_table_high();
-	for (unsigned fd = first; fd <= last && (int)fd <= high; fd++) {
-		if (!fd_is_ours((int)fd)) {
-			if (fd_flags((int)fd) || fd_has_conn((int)fd))
-				forget_fd((int)fd);
-			continue;
-		}
-		if (fd > from && syscall(SYS_close_range, from, fd - 1, flags) < 0)
+	for (unsigned fd = first; high >= 0 && fd <= last && fd <= (unsigned)high; fd++)
+		if (fd_flags((int)fd) || fd_has_conn((int)fd))
+			forget_fd((int)fd);
+	for (;; from = (unsigned)o + 1) {
+		o = next_ours(from, last);
+		if (o < 0)
+			break;
+		if ((unsigned)o > from && syscall(SYS_close_range, from, (unsigned)o - 1, flags) < 0)
 			return -1;
-		from = fd + 1;
 	}
 	if (from > last)        /* the last ones were all ours */
 		return 0;

@@ -1,5 +1,5 @@
 /*
- * fuzz_clc.c - handshake messages as bytes: clc_parse() (src/clc.c).
+ * fuzz_clc.c - handshake messages as bytes: clc_parse() (src/proto/clc.c).
  *
  * Fuzzes: the validation every received handshake message goes through
  * before any field is used - ACCEPT, CONFIRM, DECLINE, OFFER and DIRECT -

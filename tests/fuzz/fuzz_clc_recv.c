@@ -1,6 +1,6 @@
 /*
  * fuzz_clc_recv.c - handshake messages as a peer sends them: clc_recv()
- * (src/clc.c), the message together with the descriptors it carries.
+ * (src/proto/clc.c), the message together with the descriptors it carries.
  *
  * Fuzzes: one datagram on a socket of the kind smclo reads it from - the
  * AF_UNIX datagram sockets of a rendezvous (ACCEPT) or an inbox (OFFER,

@@ -1,7 +1,7 @@
 /*
  * fuzz_region.c - a client's region as a server maps it: region_map()
  * (src/region.c), which checks the memfd's seals and size and both ring
- * headers (ring_hdr_check, src/ring.c) before anything in it is used.
+ * headers (ring_hdr_check, src/proto/ring.c) before anything in it is used.
  *
  * Fuzzes: the ring sizes the offer claims (any 32-bit values), the memfd's
  * real length (exact, a page short or long, empty, any), the seals the

@@ -1,6 +1,6 @@
 /*
  * fuzz_ring.c - the data path against a peer that writes anything into its
- * ring header: src/ring.c (header check, cursor validation, copies across
+ * ring header: src/proto/ring.c (header check, cursor validation, copies across
  * the wrap) driven through the real readers and writers, rx.c, tx.c and
  * bell.c.
  *

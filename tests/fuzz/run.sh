@@ -32,8 +32,9 @@ CC=${CC:-clang}
 FUZZ_BUILD=${FUZZ_BUILD:-$root/build-fuzz}
 
 # what every harness links: the library's pure part (CMakeLists.txt: smclo_core)
-core="src/ring.c src/clc.c src/reason.c src/config.c src/log.c src/registry.c
-      src/stats.c src/addr.c src/forkguard.c src/peerinfo.c src/elfinfo.c"
+core="src/proto/ring.c src/proto/clc.c src/proto/reason.c src/proto/config.c
+      src/proto/log.c src/proto/addr.c src/base/forkguard.c src/base/elfinfo.c
+      src/registry.c src/stats.c src/peerinfo.c"
 
 # the rest each harness needs
 extra_sources() {
@@ -43,7 +44,7 @@ extra_sources() {
 	esac
 }
 
-CFLAGS="-g -O1 -std=gnu11 -D_GNU_SOURCE -I$root/src -Wall -Wextra -Wno-unused-parameter
+CFLAGS="-g -O1 -std=gnu11 -D_GNU_SOURCE -I$root/src -I$root/src/proto -I$root/src/base -Wall -Wextra -Wno-unused-parameter
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -pthread"
 
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -115,7 +116,8 @@ case ${1:-} in
 --seeds)
 	command -v "$CC" >/dev/null 2>&1 || need_clang
 	mkdir -p "$FUZZ_BUILD/bin"
-	(cd "$root" && $CC -g -std=gnu11 -D_GNU_SOURCE -I"$root/src" tests/fuzz/gen_seeds.c \
+	(cd "$root" && $CC -g -std=gnu11 -D_GNU_SOURCE -I"$root/src" -I"$root/src/proto" \
+	      -I"$root/src/base" tests/fuzz/gen_seeds.c \
 	      $core -pthread -o "$FUZZ_BUILD/bin/gen_seeds") || die "building gen_seeds failed"
 	"$FUZZ_BUILD/bin/gen_seeds" "$here/corpus" || die "gen_seeds failed"
 	echo "seeds written to tests/fuzz/corpus/"

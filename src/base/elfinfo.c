@@ -13,8 +13,8 @@
 #include "elfinfo.h"
 
 #include <elf.h>
-#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* @len bytes at @off within the @size-byte image, or NULL. */
@@ -113,7 +113,7 @@ static int shdr(const unsigned char *img, size_t size, int is64, uint64_t off,
 /* The header fields used here, either class. */
 struct elf_hdr {
 	uint64_t phoff, shoff;
-	unsigned phnum, phentsize, shnum, shentsize, shstrndx;
+	unsigned phnum, phentsize, shnum, shentsize, shstrndx, machine;
 };
 
 static int elf_header(const unsigned char *img, size_t size, int is64, struct elf_hdr *h)
@@ -124,14 +124,14 @@ static int elf_header(const unsigned char *img, size_t size, int is64, struct el
 			return -1;
 		memcpy(&e, img, sizeof(e));
 		*h = (struct elf_hdr){ e.e_phoff, e.e_shoff, e.e_phnum, e.e_phentsize,
-		                       e.e_shnum, e.e_shentsize, e.e_shstrndx };
+		                       e.e_shnum, e.e_shentsize, e.e_shstrndx, e.e_machine };
 	} else {
 		Elf32_Ehdr e;
 		if (size < sizeof(e))
 			return -1;
 		memcpy(&e, img, sizeof(e));
 		*h = (struct elf_hdr){ e.e_phoff, e.e_shoff, e.e_phnum, e.e_phentsize,
-		                       e.e_shnum, e.e_shentsize, e.e_shstrndx };
+		                       e.e_shnum, e.e_shentsize, e.e_shstrndx, e.e_machine };
 	}
 	return 0;
 }
@@ -193,6 +193,7 @@ int elf_facts(const unsigned char *img, size_t size, struct elf_facts *f)
 		return -1;
 	memset(f, 0, sizeof(*f));
 	f->is64 = is64;
+	f->machine = h.machine;
 	scan_segments(img, size, is64, &h, f);
 	scan_sections(img, size, is64, &h, f);
 	return 0;
@@ -200,23 +201,26 @@ int elf_facts(const unsigned char *img, size_t size, struct elf_facts *f)
 
 /*
  * Read, not mapped: a file someone truncates meanwhile must not raise
- * SIGBUS in the program that is about to exec it.  The headers, the program
- * headers and Go's note sit at the start of every executable linkers make;
- * what lies past ELF_PREFIX (section headers) is simply not seen.
+ * SIGBUS in the program that is about to exec it.  The buffer is anonymous
+ * memory, not malloc's: this runs in vfork children, where a child that
+ * dies inside malloc would leave the parent's arena locked.  The headers,
+ * the program headers and Go's note sit at the start of every executable
+ * linkers make; what lies past ELF_PREFIX (section headers) is not seen.
  */
 #define ELF_PREFIX (64u << 10)
 
 int elf_facts_fd(int fd, struct elf_facts *f)
 {
-	unsigned char *img = malloc(ELF_PREFIX);
+	unsigned char *img = mmap(NULL, ELF_PREFIX, PROT_READ | PROT_WRITE,
+	                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	ssize_t n;
 	int r = -1;
 
-	if (!img)
+	if (img == MAP_FAILED)
 		return -1;
 	n = pread(fd, img, ELF_PREFIX, 0);
 	if (n > 0)
 		r = elf_facts(img, (size_t)n, f);
-	free(img);
+	munmap(img, ELF_PREFIX);
 	return r;
 }

@@ -12,7 +12,17 @@ struct elf_facts {
 	int soname;             /* DT_SONAME: a shared object run as a program (ld.so) */
 	int go;                 /* Go's build id note or build info section */
 	int is64;               /* ELFCLASS64 (a 32-bit program cannot load our library) */
+	unsigned machine;       /* e_machine: another architecture's runs under an emulator */
 };
+
+/* e_machine of the programs this build's library can be loaded into. */
+#if defined(__x86_64__)
+#define ELF_MACHINE_NATIVE 62   /* EM_X86_64 */
+#elif defined(__aarch64__)
+#define ELF_MACHINE_NATIVE 183  /* EM_AARCH64 */
+#else
+#define ELF_MACHINE_NATIVE 0    /* unknown: not checked */
+#endif
 
 /*
  * The facts of the ELF image @img of @size bytes, of this machine's byte

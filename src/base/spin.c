@@ -4,8 +4,6 @@
 #include "spin.h"
 
 #include "cpus.h"
-#include "deferred.h"
-#include "pairs.h"
 #include "sys.h"
 
 #include <poll.h>
@@ -19,14 +17,21 @@ static int spin_pays(long long now)
 	return cpus_online() >= 2 && cpus_allowed(now) >= 2 && cpus_surplus(now) <= 1;
 }
 
+static int (*idle_work)(void);
+
+void spin_set_idle_work(int (*fn)(void))
+{
+	idle_work = fn;
+}
+
 static long long spin_deadline_after(long long ns)
 {
 	long long now = mono_now_ns();
 
 	if (!spin_pays(now))
 		return 0;
-	/* in time we would spend spinning: closes put off, a pair made ahead */
-	if (deferred_run() + pairs_refill())
+	/* in time we would spend spinning: the upper layers' work put off */
+	if (idle_work && idle_work())
 		now = mono_now_ns();
 	return now + ns;
 }

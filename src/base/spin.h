@@ -63,4 +63,12 @@ static inline void spin_lock_drop(atomic_flag *lock)
  */
 long long spin_deadline(void);
 
+/*
+ * Work worth doing in time a waiter would otherwise spend spinning (closes
+ * put off, a socket pair made ahead): @fn, set once by an upper layer at
+ * start, returns non-zero if it did any.  A hook, so that this layer calls
+ * nothing above it.
+ */
+void spin_set_idle_work(int (*fn)(void));
+
 #endif
