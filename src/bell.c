@@ -12,9 +12,7 @@
  */
 #include "io.h"
 
-#include "sockopt.h"
 #include "sys.h"
-#include "watch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +21,26 @@
 #include <sched.h>
 #include <signal.h>
 #include <time.h>
+
+/* ---- the hooks to the layer above (io.h) -------------------------------- */
+
+static struct io_hooks hooks;
+
+void io_set_hooks(const struct io_hooks *h)
+{
+	hooks = *h;
+}
+
+void io_thread_sleeps(void)
+{
+	if (hooks.thread_sleeps)
+		hooks.thread_sleeps();
+}
+
+int io_rcvtimeo_ms(struct conn *c, int fd)
+{
+	return hooks.rcvtimeo_ms ? hooks.rcvtimeo_ms(c, fd) : 0;
+}
 
 /* Ring once: count, send, take the count back on failure. */
 static int bell_send_once(struct conn *c, int fd, int only_if_unread)
@@ -145,7 +163,7 @@ int bell_signals_restart(void)
 
 int bell_sleep(struct conn *c, int fd, uint32_t seq)
 {
-	int timeo = so_rcvtimeo_ms(c, fd);
+	int timeo = io_rcvtimeo_ms(c, fd);
 	int ms = timeo > 0 && timeo < SLEEP_TICK_MS ? timeo : SLEEP_TICK_MS;
 	long long end = mono_now_ms() + ms;
 
@@ -247,7 +265,7 @@ int bell_wait_writable(int fd, int dontwait)
 	}
 	if (sys_getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) == 0 && (tv.tv_sec || tv.tv_usec))
 		timeout = (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
-	watch_thread_sleeps();
+	io_thread_sleeps();
 	rc = sys_poll(&p, 1, timeout);
 	if (rc < 0)
 		return -errno;

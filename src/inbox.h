@@ -34,21 +34,7 @@
 #include "registry.h"
 #include "ring.h"
 
-/* States of the offer word (ring_hdr.offer of the client->server ring). */
-#define OFFER_NONE       0u     /* not an inbox handshake */
-#define OFFER_OPEN       1u
-#define OFFER_OPEN_SLEEP 2u     /* still open, and the client sleeps on the word */
-#define OFFER_TAKEN      3u
-#define OFFER_WITHDRAWN  4u
-#define OFFER_DECLINED   5u     /* | reason << 8 */
-/*
- * Still open, and the client sleeps in a read, on its ring's wake_seq: a
- * server that takes the offer need not wake it, the answer it writes will.
- */
-#define OFFER_OPEN_READING 6u
-
-#define OFFER_STATE(w)   ((w) & 0xffu)
-#define OFFER_REASON(w)  ((int)((w) >> 8))
+/* The offer word's states (OFFER_*) are in ring.h, beside the word. */
 
 /* Descriptors an offer carries, in this order. */
 enum { OFFER_FD_TCP, OFFER_FD_PAIR, OFFER_FD_REGION, OFFER_FDS };

@@ -1,6 +1,7 @@
 /*
  * io.h - the data path of an accelerated connection: doorbells (bell.c),
- * transmit (tx.c), receive (rx.c), close and shutdown (close.c).
+ * transmit (tx.c), receive (rx.c), close and shutdown (close.c), and the
+ * hooks it calls the layer above through (io_hooks, bell.c).
  *
  * Doorbell protocol, in one paragraph (docs/design.md has the argument):
  * a doorbell is a zero-length message on the SEQPACKET socket; it is what
@@ -23,6 +24,22 @@
 
 #include <sys/types.h>
 #include <sys/uio.h>
+
+/*
+ * What the data path needs from the layer above it, set once at start
+ * before any connection exists (the preload shim sets them; the native API
+ * will set its own): calls go only downward, and upward through these.
+ */
+struct io_hooks {
+	/* this thread is about to sleep in a wait: event loops that watch
+	 * rings stop watching for it (watch.c) */
+	void (*thread_sleeps)(void);
+	/* SO_RCVTIMEO of @fd, the descriptor of @c, in ms; 0 for none */
+	int (*rcvtimeo_ms)(struct conn *c, int fd);
+};
+void io_set_hooks(const struct io_hooks *h);
+void io_thread_sleeps(void);
+int io_rcvtimeo_ms(struct conn *c, int fd);
 
 /* bell.c */
 #define SIDE_SNDBUF 6500    /* the doorbell socket's; the kernel doubles it: ~4 doorbells

@@ -356,6 +356,8 @@ __attribute__((constructor)) static void smclo_init(void)
 		        cfg.dir, (unsigned)geteuid(), strerror(errno));
 	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 	spin_set_idle_work(idle_work);
+	io_set_hooks(&(struct io_hooks){ .thread_sleeps = watch_thread_sleeps,
+	                                 .rcvtimeo_ms = so_rcvtimeo_ms });
 	smclo_active = 1;
 	DBG("active, registry %s, ring %u, handshake %d ms", cfg.dir, cfg.tx_size, cfg.handshake_ms);
 	handover_adopt();

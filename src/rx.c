@@ -12,7 +12,6 @@
 #include "log.h"
 #include "spin.h"
 #include "sys.h"
-#include "watch.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -181,7 +180,7 @@ static int rx_wait(struct conn *c, int fd, int dontwait, size_t take)
 		return 0;
 	sh_unlock(&sh->rx_lock);
 	if (!dontwait)
-		watch_thread_sleeps();
+		io_thread_sleeps();
 	if (kind == SLEEP_FUTEX) {
 		int r = bell_sleep(c, fd, seq);
 

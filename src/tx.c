@@ -7,7 +7,6 @@
  */
 #include "io.h"
 
-#include "inbox.h"
 #include "spin.h"
 #include "sys.h"
 

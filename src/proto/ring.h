@@ -59,7 +59,8 @@ struct ring_hdr {
 	_Alignas(64) _Atomic uint64_t bell_seq;
 	_Atomic uint64_t bells_drained;     /* doorbells the owner consumed */
 	_Atomic uint64_t bell_val[BELL_LOG];
-	/* client->server ring only: the offer word of the inbox handshake (inbox.h) */
+	/* client->server ring only: the offer word of the inbox handshake (inbox.h,
+	 * states OFFER_* below) */
 	_Alignas(64) _Atomic uint32_t offer;
 };
 
@@ -125,5 +126,22 @@ static inline size_t ring_contig(uint32_t size, uint64_t pos, size_t len)
 	size_t run = size - off;
 	return len < run ? len : run;
 }
+
+/* States of the offer word (ring_hdr.offer of the client->server ring): the
+ * server takes or declines an inbox offer by swapping it (inbox.h). */
+#define OFFER_NONE       0u     /* not an inbox handshake */
+#define OFFER_OPEN       1u
+#define OFFER_OPEN_SLEEP 2u     /* still open, and the client sleeps on the word */
+#define OFFER_TAKEN      3u
+#define OFFER_WITHDRAWN  4u
+#define OFFER_DECLINED   5u     /* | reason << 8 */
+/*
+ * Still open, and the client sleeps in a read, on its ring's wake_seq: a
+ * server that takes the offer need not wake it, the answer it writes will.
+ */
+#define OFFER_OPEN_READING 6u
+
+#define OFFER_STATE(w)   ((w) & 0xffu)
+#define OFFER_REASON(w)  ((int)((w) >> 8))
 
 #endif

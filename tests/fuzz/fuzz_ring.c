@@ -42,18 +42,16 @@
  * SMCLO_FUZZ_SKIP_KNOWN=1 keeps the peer's count within 2^20 of ours.
  *
  * The connection's own machinery that needs a whole process of smclo
- * (conn.c, close.c, watch.c, spin.c, sockopt.c) is replaced by the few
- * functions below, each doing what the real one does for a non-blocking
- * descriptor in a single process.
+ * (conn.c, close.c, spin.c) is replaced by the few functions below, each
+ * doing what the real one does for a non-blocking descriptor in a single
+ * process; the data path's hooks (io_hooks) are left unset, as they are
+ * only called before a sleep.
  */
 #include "fuzz.h"
 
-#include "inbox.h"
 #include "io.h"
-#include "sockopt.h"
 #include "spin.h"
 #include "sys.h"
-#include "watch.h"
 
 #include <errno.h>
 #include <sys/mman.h>
@@ -81,15 +79,6 @@ void sh_unlock(pthread_mutex_t *m)
 /* spin.c: never spins for a non-blocking descriptor, which is all we drive */
 int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
                     const _Atomic uint32_t *flags)
-{
-	return 0;
-}
-
-void watch_thread_sleeps(void)                /* watch.c: only before a sleep */
-{
-}
-
-int so_rcvtimeo_ms(struct conn *c, int fd)    /* sockopt.c: only before a sleep */
 {
 	return 0;
 }

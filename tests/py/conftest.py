@@ -41,10 +41,21 @@ TESTBIN = BUILD / "tests"
 PY = sys.executable
 
 
+_ports_given = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, and not one this test session handed out
+    before: the kernel may offer the same free port to two callers in a row
+    (test_kill_pattern starts up to 14 servers side by side)."""
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _ports_given:
+            _ports_given.add(port)
+            return port
+    raise RuntimeError("no fresh free port in 1000 tries")
 
 
 def wait_port(port, host="127.0.0.1", timeout=10.0, proc=None):
