@@ -356,6 +356,7 @@ __attribute__((constructor)) static void smclo_init(void)
 		        cfg.dir, (unsigned)geteuid(), strerror(errno));
 	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 	spin_set_idle_work(idle_work);
+	stats_set_fd_keeper(fd_hide);
 	io_set_hooks(&(struct io_hooks){ .thread_sleeps = watch_thread_sleeps,
 	                                 .rcvtimeo_ms = so_rcvtimeo_ms });
 	smclo_active = 1;

@@ -23,6 +23,7 @@
 static struct stat_table *my_table;
 static char my_table_name[64];
 static int my_table_fd = -1;
+static int (*keep_fd)(int fd);          /* stats_set_fd_keeper */
 static int my_table_failed;     /* table_create() failed: do not retry per connection */
 static int my_table_shared;     /* a fork child holds it too */
 static struct stats_totals *my_totals;  /* what stats_totals_map gave this process */
@@ -115,7 +116,10 @@ static void table_create(int dirfd)
 	my_table->magic = TABLE_MAGIC;
 	my_table->pid = sys_getpid();
 	my_table->nslots = TABLE_SLOTS;
-	my_table_fd = fd;   /* held open: the lock says we are alive */
+	/* held open: the lock says we are alive - and kept from a daemon's
+	 * close() loop, which would drop the lock and let others fold a live
+	 * table away */
+	my_table_fd = keep_fd ? keep_fd(fd) : fd;
 	/*
 	 * Tables of processes killed without a chance to remove theirs are
 	 * folded in by whoever makes a table next (and by `smclo stat`), so
@@ -137,6 +141,11 @@ struct stat_table *stats_table(int dirfd, char *name_out, size_t len)
 	t = my_table;
 	pthread_mutex_unlock(&table_lock);
 	return t;
+}
+
+void stats_set_fd_keeper(int (*keep)(int fd))
+{
+	keep_fd = keep;
 }
 
 void stats_forget_table(void)

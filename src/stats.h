@@ -101,6 +101,12 @@ void stats_table_note_fork(void);
  * stat`/`stats` fold it in once the process is gone.
  */
 void stats_table_remove_at_exit(int dirfd);
+/*
+ * The layer above keeps the descriptors it marks as its own from the
+ * program's close() loops (conn.c, fd_hide): the table's lock descriptor
+ * goes through @keep, which returns the descriptor to hold from then on.
+ */
+void stats_set_fd_keeper(int (*keep)(int fd));
 
 struct stat_slot *stats_slot_alloc(struct stat_table *t, int fd, int role);
 void stats_slot_decide(struct stats_totals *tot, struct stat_slot *s, int mode, int reason);

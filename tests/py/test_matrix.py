@@ -399,21 +399,36 @@ def kill_params():
                                    marks=marks)
 
 
-@pytest.mark.parametrize("pattern,side,kind", list(kill_params()))
-def test_kill(pattern, side, kind, procs, tmp_path):
-    key = (pattern, side)
-    if key not in _kill_results:
-        _kill_results[key] = kill_batch(pattern, side, procs, tmp_path)
-    res = _kill_results[key]
-    assert not isinstance(res, str), res
-    assert kind in res, "the %s's %s wait did not end within 3 s of the peer's SIGKILL" % (side, kind)
-    outcome, secs = res[kind]
+def outcomes_for_wait(kind):
+    """What a wait of matrix_kill.py's KIND may end in when the peer dies."""
     if "-io-" in kind:              # an event loop reads as well: either end will do
-        ok = IN_OK | OUT_OK
-    else:
-        ok = OUT_OK if kind == "send" or "out" in kind else IN_OK
+        return IN_OK | OUT_OK
+    return OUT_OK if kind == "send" or "out" in kind else IN_OK
+
+
+def assert_ended_in_time(outcome, secs, ok):
     assert outcome in ok and secs < 1.0, "%s after %.3f s (expected %s within 1 s)" % (
         outcome, secs, " or ".join(sorted(ok)))
+
+
+def kill_cell_result(results, batch, pattern, side, name, procs, tmp_path):
+    """(outcome, seconds after the kill) of one wait; its batch (every wait
+    of the pattern and side, one pair of processes) runs once."""
+    key = (pattern, side)
+    if key not in results:
+        results[key] = batch(pattern, side, procs, tmp_path)
+    res = results[key]
+    assert not isinstance(res, str), res
+    assert name in res, "the %s's %s wait did not end within 3 s of the peer's SIGKILL" % (
+        side, name)
+    return res[name]
+
+
+@pytest.mark.parametrize("pattern,side,kind", list(kill_params()))
+def test_kill(pattern, side, kind, procs, tmp_path):
+    outcome, secs = kill_cell_result(_kill_results, kill_batch, pattern, side, kind, procs,
+                                     tmp_path)
+    assert_ended_in_time(outcome, secs, outcomes_for_wait(kind))
 
 
 # ---- every pattern's connections, the peer killed with SIGKILL ----------
@@ -638,19 +653,10 @@ def kill_pattern_params():
 
 @pytest.mark.parametrize("pattern,side,name", list(kill_pattern_params()))
 def test_kill_pattern(pattern, side, name, procs, tmp_path):
-    key = (pattern, side)
-    if key not in _kill_pattern_results:
-        _kill_pattern_results[key] = kill_pattern_batch(pattern, side, procs, tmp_path)
-    res = _kill_pattern_results[key]
-    assert not isinstance(res, str), res
-    assert name in res, "the %s's %s wait did not end within 3 s of the peer's SIGKILL" % (
-        side, name)
-    outcome, secs = res[name]
+    outcome, secs = kill_cell_result(_kill_pattern_results, kill_pattern_batch, pattern, side,
+                                     name, procs, tmp_path)
     if side == "server":
         ok = {"exit"} if pattern in CAT_HANDLER else (IN_OK if name == "idle" else IN_OK | OUT_OK)
-    elif "-io-" in name:
-        ok = IN_OK | OUT_OK
     else:
-        ok = OUT_OK if name == "send" or "out" in name else IN_OK
-    assert outcome in ok and secs < 1.0, "%s after %.3f s (expected %s within 1 s)" % (
-        outcome, secs, " or ".join(sorted(ok)))
+        ok = outcomes_for_wait(name)
+    assert_ended_in_time(outcome, secs, ok)
