@@ -90,6 +90,20 @@ static struct fd_entry *ent_use(int fd)
 	return e;
 }
 
+void fd_epoll_early(int fd, int delta)
+{
+	struct fd_entry *e = delta > 0 ? ent_use(fd) : fd_entry(fd);
+
+	if (!e)
+		return;
+	if (delta > 0)
+		atomic_fetch_add_explicit(&e->epoll_early, 1, memory_order_relaxed);
+	else if (delta == 0)
+		atomic_store_explicit(&e->epoll_early, 0, memory_order_relaxed);
+	else if (atomic_load_explicit(&e->epoll_early, memory_order_relaxed))
+		atomic_fetch_sub_explicit(&e->epoll_early, 1, memory_order_relaxed);
+}
+
 void fd_set_flags(int fd, uint16_t flags)
 {
 	struct fd_entry *e = ent_use(fd);

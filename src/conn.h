@@ -147,6 +147,9 @@ struct fd_entry {
 	_Atomic uint16_t flags;
 	_Atomic uint16_t kernel_accepts;        /* threads in accept()'s kernel wait (handshake.c) */
 	int listen_lock;                /* lock fd of our listener entry, +1 (0 = none) */
+	/* epoll sets a not yet connected TCP socket was added to (preload.c,
+	 * epoll_ctl): its connection stays on TCP (R_EPOLL_EARLY) */
+	_Atomic uint16_t epoll_early;
 	/* a descriptor of smclo's own (fd_hide): the file it names (see fd_is_ours) */
 	_Atomic uint64_t ours_ino;
 	_Atomic uint32_t ours_dev;
@@ -171,6 +174,15 @@ static inline uint16_t fd_flags(int fd)
 }
 
 void fd_set_flags(int fd, uint16_t flags);
+/* Count an epoll registration of the not yet connected socket @fd (+1, -1;
+ * 0: forget them all, the descriptor is closed). */
+void fd_epoll_early(int fd, int delta);
+static inline int fd_epoll_early_count(int fd)
+{
+	struct fd_entry *e = fd_entry(fd);
+
+	return e ? atomic_load_explicit(&e->epoll_early, memory_order_relaxed) : 0;
+}
 void fd_add_flags(int fd, uint16_t flags);
 void fd_set_listen_lock(int fd, int lockfd);
 int fd_take_listen_lock(int fd);

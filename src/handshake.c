@@ -29,9 +29,11 @@
  *    CONFIRM queued before still counts (the server takes a last look), one
  *    sent after fails with EPIPE and the client stays on TCP as well.
  * The client stays inside connect() and the server inside accept() until the
- * decision, so the descriptor is switched before the application can have
- * put it into an epoll set, and nothing has been written yet: a fallback
- * loses nothing.
+ * decision, so nothing has been written yet and a fallback loses nothing.
+ * An epoll registration made before connect() would not follow the switch
+ * (it names the TCP socket): such a socket stays on TCP (R_EPOLL_EARLY,
+ * counted in preload.c's epoll_ctl); one made after, while a non-blocking
+ * connect is still undecided, first decides it (hs_resolve_fd).
  *
  * Same-connection proof: each side hands the other its TCP socket.  The
  * receiver checks that the addresses are mirror images and that both sockets
@@ -384,6 +386,8 @@ static int client_precheck(struct client *cl)
 	}
 	if (io_uring_in_use())
 		return R_IO_URING;
+	if (fd_epoll_early_count(cl->fd))
+		return R_EPOLL_EARLY;   /* preload.c, count_epoll_early */
 	if (conn_count() >= cfg.max_conns)
 		return R_MAX_BUFFERS;
 	return R_NONE;

@@ -524,8 +524,10 @@ static void forget_fd(int fd)
 		conn_close_fd(fd);
 	if (f & FDF_LISTENING)
 		hs_listener_closed(fd);
-	if (f)
+	if (f) {
 		fd_set_flags(fd, 0);
+		fd_epoll_early(fd, 0);
+	}
 }
 
 /*
@@ -1120,6 +1122,26 @@ EXPORT int epoll_create1(int flags)
 	return fd;
 }
 
+/*
+ * nginx puts its upstream socket into epoll before connect().  The switch
+ * puts the doorbell socket in the descriptor's place, but a registration
+ * names the file it was made for (the TCP socket, hidden then): the set
+ * would never report the connection again.  Such a socket's connection
+ * stays on TCP (R_EPOLL_EARLY, handshake.c); a registration made after
+ * connect() is made on what the switch leaves there (hs_resolve_fd).
+ */
+static void count_epoll_early(int op, int fd)
+{
+	uint16_t f = fd_flags(fd);
+
+	if ((f & (FDF_TCP | FDF_LISTENING | FDF_PENDING)) != FDF_TCP || fd_has_conn(fd))
+		return;
+	if (op == EPOLL_CTL_ADD)
+		fd_epoll_early(fd, 1);
+	else if (op == EPOLL_CTL_DEL)
+		fd_epoll_early(fd, -1);
+}
+
 EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	REAL(epoll_ctl);
@@ -1133,8 +1155,10 @@ EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		return rc;
 	rc = real_epoll_ctl(epfd, op, fd, ev);
 
-	if (rc == 0 && smclo_active)
+	if (rc == 0 && smclo_active) {
 		watch_ctl(epfd, op, fd, ev);
+		count_epoll_early(op, fd);
+	}
 	return rc;
 }
 

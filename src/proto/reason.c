@@ -27,6 +27,7 @@ static const struct {
 	[R_DIRECT_ENDED]    = { "direct-ended", "listener stopped taking connections without TCP" },
 	[R_EXEC_NO_SMCLO]   = { "exec-no-smclo", "handed to a program that cannot load smclo: reset" },
 	[R_HANDOVER_LOST]   = { "handover-lost", "handed over on exec, but its state did not arrive: reset" },
+	[R_EPOLL_EARLY]     = { "epoll-before-connect", "registered in epoll before connect(): kept on TCP" },
 };
 
 const char *reason_id(int r)

@@ -29,6 +29,8 @@ enum smclo_reason {
 	R_DIRECT_ENDED,        /* the listener stopped taking connections without TCP */
 	R_EXEC_NO_SMCLO,       /* handed to a program that cannot load smclo: reset */
 	R_HANDOVER_LOST,       /* handed over, but its state did not reach the new program: reset */
+	R_EPOLL_EARLY,         /* in an epoll set before connect(): the registration would not
+	                          follow the switch (it names the TCP socket) */
 	R_COUNT
 };
 

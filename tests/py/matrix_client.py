@@ -1,6 +1,7 @@
 """The client side of test_matrix.py: N echo exchanges, checked byte for byte.
 
     matrix_client.py PORT N SEED [--greet] [--hold] [--rlimit N] [--fdpass]
+                     [--epoll-early]
 
 Each connection sends a random amount (1 B to 300 KB, log-uniform, the
 first and last of each case 1 B and 300 KB) of random bytes, half-closes,
@@ -9,15 +10,19 @@ can never stall on full buffers.  --greet: wait for the server's greeting
 byte b"G" before sending.  --hold: open every connection first and keep
 them all open until the last exchange.  --rlimit: lower RLIMIT_NOFILE first.
 --fdpass: each connection is made by a child process that passes it back
-over SCM_RIGHTS and exits at once (ssh's ProxyUseFdpass).
+over SCM_RIGHTS and exits at once (ssh's ProxyUseFdpass).  --epoll-early:
+each connection is nginx's upstream one: a non-blocking socket put into an
+edge-triggered epoll set before connect(), every wait through that set.
 Every socket wait is bounded (SO_RCVTIMEO / SO_SNDTIMEO, 5 s), and so is
 the whole run: connections not begun after 40 s are reported as not tried.
 Prints one JSON line: {"ok": count, "bad": [descriptions]}.
 """
+import errno
 import json
 import os
 import random
 import resource
+import select
 import socket
 import struct
 import sys
@@ -57,6 +62,50 @@ def connect_passed(port):
     if not fds:
         raise RuntimeError("the helper passed no descriptor")
     return socket.socket(fileno=fds[0])
+
+
+def exchange_epoll_early(port, data, greet):
+    """nginx's upstream connect: a non-blocking socket put into an
+    edge-triggered epoll set (IN|OUT|RDHUP) before connect(), then every
+    wait through that set.  Returns None, or what went wrong."""
+    c = socket.socket()
+    c.setblocking(False)
+    ep = select.epoll()
+    ep.register(c.fileno(), select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP | select.EPOLLET)
+    try:
+        rc = c.connect_ex(("127.0.0.1", port))
+        if rc not in (0, errno.EINPROGRESS):
+            return "connect: %s" % errno.errorcode.get(rc, rc)
+        got, sent, shut, want = bytearray(), 0, False, (1 if greet else 0) + len(data)
+        deadline = time.monotonic() + TIMEOUT
+        while len(got) < want or not shut:
+            if not ep.poll(max(0.0, deadline - time.monotonic())):
+                return "no epoll event for %.0f s: sent %d, got %d" % (TIMEOUT, sent, len(got))
+            while sent < len(data):
+                try:
+                    sent += c.send(data[sent:sent + (1 << 16)])
+                except BlockingIOError:
+                    break
+            if sent == len(data) and not shut:
+                c.shutdown(socket.SHUT_WR)
+                shut = True
+            while True:
+                try:
+                    d = c.recv(1 << 16)
+                except BlockingIOError:
+                    break
+                if not d:
+                    break
+                got.extend(d)
+        if greet:
+            if got[:1] != b"G":
+                return "greeting %r" % bytes(got[:1])
+            got = got[1:]
+        return None if bytes(got) == data else "sent %d, got %d back (or other bytes)" % (
+            len(data), len(got))
+    finally:
+        ep.close()
+        c.close()
 
 
 def connect(port, greet, fdpass=False):
@@ -116,6 +165,7 @@ def main():
         lim = int(opts[opts.index("--rlimit") + 1])
         resource.setrlimit(resource.RLIMIT_NOFILE, (lim, lim))
     greet, hold, fdpass = "--greet" in opts, "--hold" in opts, "--fdpass" in opts
+    epoll_early = "--epoll-early" in opts
     rng = random.Random(seed)
     ok, bad = 0, []
     held = []
@@ -136,6 +186,13 @@ def main():
         if time.monotonic() > deadline:
             bad.append("connections %d to %d: not tried, out of time" % (i, n - 1))
             break
+        if epoll_early:
+            why = exchange_epoll_early(port, data, greet)
+            if why:
+                bad.append("connection %d (%d B): %s" % (i, size, why))
+            else:
+                ok += 1
+            continue
         try:
             c = held[i] if hold else connect(port, greet, fdpass)
         except Exception as e:

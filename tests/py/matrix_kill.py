@@ -325,15 +325,24 @@ def echo_client(port, role, args):
     w = socket.create_connection(("127.0.0.1", port))      # warm-up (direct after it)
     echo_start(w, greet)
     w.close()
-    conns = [socket.create_connection(("127.0.0.1", port)) for _ in names]
+    # each connection's transfer begins before the next connect(): a server
+    # that takes the next connection only once the last one's first bytes
+    # came (fork-late) would otherwise make every later handshake wait
+    conns = []
+    for how in names:
+        c = socket.create_connection(("127.0.0.1", port))
+        try:
+            echo_start(c, greet)
+        except Exception as e:
+            say("error", how, outcome_of(e))
+        conns.append(c)
     armed = Armed(len(names))
     if role == "echo-survivor":
-        run = [(survive, (c, k, armed.one(i), lambda c: echo_start(c, greet)))
+        run = [(survive, (c, k, armed.one(i), lambda c: None))
                for i, (c, k) in enumerate(zip(conns, names))]
     else:
         def victim(c, how, arm):
             try:
-                echo_start(c, greet)
                 if how == "flood":
                     flood(c)
             except Exception as e:

@@ -27,6 +27,8 @@ What each cell must show (MATRIX below; the modes are in MODES):
   tcp          none accelerated; the server counts N peer-no-smclo
   no-registry  none accelerated; the client counts no-registry (the server's
                entry says it cannot use the registry), the server peer-no-smclo
+  epoll-early  none accelerated; the client counts epoll-before-connect, the
+               server peer-no-smclo
   no-wait      accelerated or not, but no connection waits out the handshake
                timeout (no reason timeout or peer-withdrew)
   fits         every connection works; as many accelerated as descriptors
@@ -117,6 +119,12 @@ BUGS = {}
 # * client-fdpass (a client pattern, against `accept`): ssh's ProxyUseFdpass - a
 #   helper connects, passes the socket to the client with SCM_RIGHTS and exits.
 #   Counted as for `accept` (the helper's smclo makes the connections).
+# * client-epoll-early (a client pattern, against `accept`): nginx's upstream
+#   connect - the socket goes into an edge-triggered epoll set before
+#   connect(), and every wait is through that set.  The switch cannot take
+#   the registration along (it names the TCP socket), so such a connection
+#   stays on TCP, counted epoll-before-connect at the client (the server,
+#   offered nothing, counts peer-no-smclo).  Accelerated, every wait hung.
 # * rlimit-64: 50 connections need 50 of 64 descriptors on TCP; smclo must not
 #   make accept()/connect() fail with EMFILE where TCP would not ("fits").
 #   rlimit-256: everything fits; the client holds all 50 open at once, so offers
@@ -157,6 +165,7 @@ rlimit-256         accel          accel          rendezvous      tcp
 spawn-helper       direct         inbox          rendezvous      tcp
 subprocess-helper  direct         inbox          rendezvous      tcp
 client-fdpass      direct         inbox          rendezvous      tcp
+client-epoll-early epoll-early    epoll-early    epoll-early     tcp
 """
 
 
@@ -169,10 +178,11 @@ def parse_matrix(text):
 MATRIX = parse_matrix(MATRIX_TEXT)
 
 # rows that are client patterns: the server pattern they run against
-SERVER_FOR = {"client-fdpass": "accept"}
+SERVER_FOR = {"client-fdpass": "accept", "client-epoll-early": "accept"}
 # client options per row
 CLIENT_OPTS = {
     "client-fdpass": ["--fdpass"],
+    "client-epoll-early": ["--epoll-early"],
     "fork-early": ["--greet"],
     "fork-late": ["--greet"],
     "rlimit-64": ["--hold", "--rlimit", "64"],
@@ -206,6 +216,8 @@ MODES = {
     "tcp": lambda st, n: st["accelerated"] == 0 and reasons(st) == {"peer-no-smclo": n},
     "no-registry": lambda st, n: st["accelerated"] == 0
     and reasons(st) == {"no-registry": n, "peer-no-smclo": n},
+    "epoll-early": lambda st, n: st["accelerated"] == 0
+    and reasons(st) == {"epoll-before-connect": n, "peer-no-smclo": n},
     "no-wait": lambda st, n: st["accelerated_client"] == st["accelerated_server"]
     and not {"timeout", "peer-withdrew"} & set(reasons(st)),
     "fits": lambda st, n: st["accelerated_client"] == st["accelerated_server"]

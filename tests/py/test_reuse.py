@@ -97,6 +97,8 @@ def test_hidden_tcp_closes_are_deferred_bounded_and_not_inherited(reg, procs):
     r = reg.run([PY, "-c", DEFERRED_CLOSES, str(port), "40"], timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     counts = dict(line.split() for line in r.stdout.splitlines())
+    # first: a connection a loaded machine left on TCP closes its socket at once
+    st = reg.stats()
+    assert st["accelerated_client"] == 40, st
     assert 1 <= int(counts["parent"]) <= 16, counts
     assert counts["child"] == "0", counts
-    assert reg.stats()["accelerated_client"] == 40
