@@ -200,6 +200,30 @@ http {{
 """
 
 
+# The same, with the site as a reverse proxy (upstream keepalive, as nginx's
+# documentation recommends) to a second server of the same nginx.
+NGINX_PROXY_CONF = NGINX_CONF.replace("""    server {{
+        listen 127.0.0.1:{port};
+        root {dir}/www;
+    }}""", """    upstream backend {{
+        server 127.0.0.1:{backend};
+        keepalive 16;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+    }}
+    server {{
+        listen 127.0.0.1:{backend};
+        access_log {dir}/backend.log;
+        root {dir}/www;
+    }}""")
+
+
 @pytest.fixture
 def scratch(procs):
     """make(prefix, mode, owner=None): a directory under /tmp (pytest's own
@@ -304,7 +328,7 @@ def nginx_healthy(srv, d, workers):
     assert nginx_workers(srv.pid) == workers, errors[-3000:]
 
 
-def start_nginx_as_root(env, procs, scratch):
+def start_nginx_as_root(env, procs, scratch, conf=NGINX_CONF):
     """nginx from its package, started by root; returns (port, dir, blob,
     master, workers)."""
     need("nginx")
@@ -316,7 +340,7 @@ def start_nginx_as_root(env, procs, scratch):
     blob = os.urandom(300 * 1024 + 17)
     (d / "www" / "blob.bin").write_bytes(blob)
     os.chmod(d / "www" / "blob.bin", 0o644)
-    (d / "nginx.conf").write_text(NGINX_CONF.format(dir=d, port=port))
+    (d / "nginx.conf").write_text(conf.format(dir=d, port=port, backend=free_port()))
     srv = procs.start(["nginx", "-e", str(d / "error.log"), "-p", str(d), "-c",
                        str(d / "nginx.conf")], env)
     wait_port(port, proc=srv)
@@ -389,6 +413,30 @@ def test_nginx_root_shared_registry_accelerated(reg, procs, scratch):
     n = fetch_all(shared, port, d, blob)
     nginx_healthy(srv, d, workers)
     assert_accelerated(shared, n)
+
+
+def test_nginx_reverse_proxy_upstream_keepalive(reg, procs, scratch):
+    """nginx as a reverse proxy (proxy_pass, upstream keepalive) to a server
+    of its own, the workers able to use the registry.  nginx puts each
+    upstream socket into epoll before connect(): accelerated, that
+    registration named the hidden TCP socket and every proxied request hung
+    (curl: 0 bytes, timeout).  Now every request is byte exact, the clients'
+    connections are accelerated, and the upstream ones stay on TCP with
+    their reason named (epoll-before-connect at the proxy; the backend,
+    offered nothing, counts peer-no-smclo)."""
+    shared = Registry(scratch("smclo-reg-", 0o1777))
+    nobody = pwd.getpwnam("nobody").pw_uid
+    shared.env["SMCLO_ALLOW_UIDS"] = "0,%d" % nobody
+    port, d, blob, srv, workers = start_nginx_as_root(shared.env, procs, scratch,
+                                                      NGINX_PROXY_CONF)
+    n = fetch_all(shared, port, d, blob)
+    nginx_healthy(srv, d, workers)
+    st = shared.wait_stats(lambda s: s["accelerated_client"] >= n)
+    assert st["accelerated_client"] >= n, st        # client -> proxy
+    why = named(st)
+    assert why.get("epoll-before-connect", 0) >= 1, why
+    assert set(why) <= {"epoll-before-connect", "peer-no-smclo"}, why
+    assert why["epoll-before-connect"] == why.get("peer-no-smclo", 0), why
 
 
 # ---- PostgreSQL ----------------------------------------------------------------
