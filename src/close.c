@@ -19,6 +19,16 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 
+_Thread_local char io_thread_token;
+
+void io_release_mine(struct conn *c)
+{
+	if (io_hold_mine(&c->tx_hold))
+		tx_abort(c);
+	if (io_hold_mine(&c->rx_hold))
+		rx_release(c);
+}
+
 void conn_mark_broken(struct conn *c)
 {
 	atomic_fetch_or(&c->sh->flags, SH_BROKEN);
@@ -125,8 +135,10 @@ void conn_close_fd(int fd)
 		c->bell_fd = -1;
 		atomic_store(&c->pending, PENDING_NONE);
 	}
-	if (c->fd_count == 0)
+	if (c->fd_count == 0) {
+		io_release_mine(c);     /* a claim or peek of ours would lock us out */
 		conn_leave_process(c, fd);
+	}
 	conn_put(c);
 }
 
@@ -138,6 +150,7 @@ int conn_shutdown(struct conn *c, int fd, int how)
 		errno = EINVAL;
 		return -1;
 	}
+	io_release_mine(c);
 	if (how != SHUT_WR) {
 		atomic_fetch_or(&sh->flags, SH_SHUT_RD);
 		bell_wake_word(&c->tx->wake_seq);       /* our own reader, if asleep */

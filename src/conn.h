@@ -56,6 +56,13 @@ struct conn_shared {
 	_Atomic uint32_t slot_state;    /* shared.c's bookkeeping */
 };
 
+/* Which thread of which process holds a lock between two calls, and how much. */
+struct io_hold {
+	_Atomic(const void *) thread;   /* a thread-local address of the holder */
+	pid_t pid;
+	size_t len;                     /* bytes claimed or peeked */
+};
+
 struct conn {
 	_Atomic int refs;
 	int fd_count;                   /* descriptors of this process naming it */
@@ -90,6 +97,12 @@ struct conn {
 	_Atomic int pending;            /* PENDING_* */
 	int bell_fd;                    /* pending: our end of the socket pair */
 	long pending_until_ms;          /* pending: when the client withdraws */
+	/*
+	 * A claim of our ring (tx_claim) or a peek at the peer's (rx_peek)
+	 * outstanding: its thread holds the transmit or receive lock until the
+	 * commit or consume (io.h).  Who holds it is a thread of one process.
+	 */
+	struct io_hold tx_hold, rx_hold;
 };
 
 /* One more read or write moved data: a lossy count, no locked instruction. */

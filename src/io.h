@@ -21,6 +21,7 @@
 #define SMCLO_IO_H
 
 #include "conn.h"
+#include "sys.h"
 
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -65,7 +66,45 @@ int bell_signals_restart(void);
 /* SH_PEER_GONE and/or SH_PEER_SHUT as the doorbell socket reports them now. */
 uint32_t peer_hangup_flags(int fd);
 
+/*
+ * Claims and peeks (the native API, smclo.h): the transmit or receive lock
+ * stays with the calling thread from the claim to its commit (or abort), from
+ * the peek to its consume, so no other byte enters or leaves the stream in
+ * between.  These say whether this thread of this process holds @h.
+ */
+extern _Thread_local char io_thread_token;
+static inline int io_hold_mine(const struct io_hold *h)
+{
+	return atomic_load_explicit(&h->thread, memory_order_relaxed) == &io_thread_token &&
+	       h->pid == sys_getpid();
+}
+static inline void io_hold_take(struct io_hold *h, size_t len)
+{
+	h->pid = sys_getpid();
+	h->len = len;
+	atomic_store_explicit(&h->thread, &io_thread_token, memory_order_relaxed);
+}
+static inline void io_hold_drop(struct io_hold *h)
+{
+	atomic_store_explicit(&h->thread, NULL, memory_order_relaxed);
+	h->len = 0;
+}
+/* Give up whatever claim and peek this thread holds on @c (close.c: before
+ * a close or shutdown, which take the locks themselves). */
+void io_release_mine(struct conn *c);
+
 /* tx.c */
+/*
+ * Claim the free space of our ring, at least @min bytes (1 if 0), as one
+ * piece or two where the ring wraps (@iov[1] empty otherwise), waiting for
+ * it unless @dontwait.  Returns the bytes claimed with the transmit lock
+ * held, 0 for "would block", or -errno (-EMSGSIZE: @min exceeds the ring).
+ */
+long tx_claim(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwait);
+/* Publish the first @n claimed bytes (n <= the claim) and release. */
+void tx_commit(struct conn *c, int fd, size_t n);
+/* Release a claim without publishing anything. */
+void tx_abort(struct conn *c);
 ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);
 /*
  * A write before the handshake is decided (handshake.c): all of it goes into
@@ -78,6 +117,18 @@ ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t cou
 uint32_t tx_unacked(struct conn *c);
 
 /* rx.c */
+/*
+ * The unread bytes where they lie in the peer's ring (read-only), at least
+ * @min of them (1 if 0; fewer only where the stream ends), waiting unless
+ * @dontwait.  Returns their count with the receive lock held, 0 at the end of
+ * the stream, or -errno (-EMSGSIZE: @min exceeds the ring).  The peer can
+ * still write there: the bytes are its word, never our memory's bounds.
+ */
+long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwait);
+/* Consume the first @n peeked bytes (n <= the peek) and release. */
+void rx_consume(struct conn *c, int fd, size_t n);
+/* Release a peek without consuming anything. */
+void rx_release(struct conn *c);
 ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);
 /*
  * A signal interrupted this thread's wait for the handshake's decision

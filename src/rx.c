@@ -17,6 +17,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 int rx_peer_prod(struct conn *c, uint64_t *prod)
 {
@@ -274,6 +275,10 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 		errno = EINVAL;
 		return -1;
 	}
+	if (io_hold_mine(&c->rx_hold)) {
+		errno = EDEADLK;        /* a peek of this thread is not consumed */
+		return -1;
+	}
 	for (int k = 0; k < iovcnt; k++)
 		total += iov[k].iov_len;
 	if (total == 0)
@@ -338,6 +343,135 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 		return -1;
 	}
 	return (ssize_t)got;
+}
+
+/*
+ * A peek waiting for more than the @have bytes it found: their doorbell
+ * stays queued (it covers unread bytes), so the doorbell socket cannot be
+ * slept on.  Sleep on our futex word instead - every produce wakes it
+ * (bell_wake_sleeper) - in ticks of bell_sleep(), looking for a hang-up
+ * between them, so a writer that died is noticed within a tick.  Returns 0
+ * to look again, 1 at a hang-up, or -errno.
+ */
+static int rx_wait_more(struct conn *c, int fd, uint64_t have_prod)
+{
+	struct conn_shared *sh = c->sh;
+	uint32_t none = 0, seq;
+	uint64_t prod;
+	int r, mine;
+
+	seq = atomic_load_explicit(&c->tx->wake_seq, memory_order_seq_cst);
+	/* take 1: a writer still rings for any unread byte it adds */
+	mine = atomic_compare_exchange_strong(&c->tx->futex_take, &none, 1);
+	if (rx_peer_prod(c, &prod) < 0 || prod != have_prod) {
+		if (mine)
+			atomic_store_explicit(&c->tx->futex_take, 0, memory_order_relaxed);
+		return 0;
+	}
+	sh_unlock(&sh->rx_lock);
+	io_thread_sleeps();
+	if (mine) {
+		r = bell_sleep(c, fd, seq);
+		atomic_store_explicit(&c->tx->futex_take, 0, memory_order_relaxed);
+	} else {
+		/* another thread of ours sleeps on the word: a short nap */
+		struct timespec t = { .tv_nsec = 1000000 };
+		r = nanosleep(&t, NULL) < 0 && !bell_signals_restart() ? -EINTR : 0;
+	}
+	sh_lock(&sh->rx_lock);
+	if (r == BELL_SLEEP_ON || r == -EAGAIN) {
+		uint32_t hup = peer_hangup_flags(fd);
+
+		if (hup) {
+			atomic_fetch_or(&sh->flags, hup);
+			return 1;
+		}
+		r = 0;
+	}
+	return r;
+}
+
+long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwait)
+{
+	struct conn_shared *sh = c->sh;
+	int idle_loops = 0;
+	long r;
+
+	if (min > c->rx_size)
+		return -EMSGSIZE;
+	if (!min)
+		min = 1;
+	dontwait = dontwait || atomic_load_explicit(&sh->nonblock, memory_order_relaxed);
+	sh_lock(&sh->rx_lock);
+	for (;;) {
+		uint32_t pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
+		uint64_t prod, have;
+		int end;
+
+		if (atomic_load(&sh->flags) & SH_SHUT_RD) {
+			r = 0;
+			break;
+		}
+		if (rx_peer_prod(c, &prod) < 0) {
+			r = -ECONNRESET;
+			break;
+		}
+		have = prod - sh->cons;
+		end = have < min ? rx_end_state(c, pf) : 0;
+		if (have >= min || (end > 0 && have)) {
+			ring_pieces((uint8_t *)ring_data_ro(c->rx), c->rx_size, sh->cons, have, iov);
+			io_hold_take(&c->rx_hold, have);
+			return (long)have;      /* the lock stays held until rx_consume */
+		}
+		if (end) {
+			r = end < 0 ? end : 0;
+			break;
+		}
+		if (dontwait) {
+			r = -EAGAIN;
+			break;
+		}
+		if (have) {
+			r = rx_wait_more(c, fd, prod);
+		} else {
+			/* empty: as a read does (rx_recv), make sure the writer rings */
+			if (sh->cons_pub != sh->cons)
+				publish_cons(c);
+			if (rx_peer_prod(c, &prod) == 0 && prod != sh->cons)
+				continue;
+			bell_drain(c, fd, 0);
+			r = rx_wait(c, fd, 0, 0);
+		}
+		if (r == 0 && ++idle_loops % IDLE_LOOK == 0)
+			r = rx_idle_look(c, fd, idle_loops);
+		if (r < 0)
+			break;
+		if (r > 0)
+			idle_loops = 0;         /* a hang-up: the next look ends the stream */
+	}
+	sh_unlock(&sh->rx_lock);
+	return r;
+}
+
+void rx_consume(struct conn *c, int fd, size_t n)
+{
+	struct conn_shared *sh = c->sh;
+
+	io_hold_drop(&c->rx_hold);
+	if (n) {
+		sh->cons += n;
+		conn_count_call(c);
+		if (c->slot)
+			atomic_fetch_add_explicit(&c->slot->rx_bytes, n, memory_order_relaxed);
+		after_consume(c, fd, sh->peer_prod_seen);
+	}
+	sh_unlock(&sh->rx_lock);
+}
+
+void rx_release(struct conn *c)
+{
+	io_hold_drop(&c->rx_hold);
+	sh_unlock(&c->sh->rx_lock);
 }
 
 uint32_t rx_available(struct conn *c)

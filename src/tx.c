@@ -43,11 +43,11 @@ static int tx_error(struct conn *c)
 }
 
 /*
- * Free space in our ring, waiting for some unless @dontwait (or the
- * descriptor is non-blocking).  Returns the space, 0 for "would block", or
- * -errno.
+ * Free space in our ring, waiting for @want bytes of it (1 <= want <= the
+ * ring's size) unless @dontwait (or the descriptor is non-blocking).
+ * Returns the space, 0 for "would block", or -errno.
  */
-static long tx_space(struct conn *c, int fd, int dontwait)
+static long tx_space(struct conn *c, int fd, uint32_t want, int dontwait)
 {
 	struct conn_shared *sh = c->sh;
 	int filled = 0, spun = 0;
@@ -62,7 +62,7 @@ static long tx_space(struct conn *c, int fd, int dontwait)
 		if (peer_cons(c, &pc) < 0)
 			return -ECONNRESET;
 		space = ring_space(sh->prod, pc, c->tx_size);
-		if (space) {
+		if (space >= want) {
 			if (atomic_load_explicit(&c->tx->write_blocked, memory_order_relaxed))
 				atomic_store(&c->tx->write_blocked, 0);
 			return space;
@@ -123,6 +123,38 @@ static ssize_t tx_finish(ssize_t done, long err, int flags)
 	return -1;
 }
 
+long tx_claim(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwait)
+{
+	struct conn_shared *sh = c->sh;
+	long space;
+
+	if (min > c->tx_size)
+		return -EMSGSIZE;
+	sh_lock(&sh->tx_lock);
+	space = tx_space(c, fd, min ? (uint32_t)min : 1, dontwait);
+	if (space <= 0) {
+		sh_unlock(&sh->tx_lock);
+		return space;
+	}
+	ring_pieces(ring_data(c->tx), c->tx_size, sh->prod, (size_t)space, iov);
+	io_hold_take(&c->tx_hold, (size_t)space);
+	return space;
+}
+
+void tx_commit(struct conn *c, int fd, size_t n)
+{
+	io_hold_drop(&c->tx_hold);
+	if (n)
+		tx_publish(c, fd, (uint32_t)n);
+	sh_unlock(&c->sh->tx_lock);
+}
+
+void tx_abort(struct conn *c)
+{
+	io_hold_drop(&c->tx_hold);
+	sh_unlock(&c->sh->tx_lock);
+}
+
 ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct conn_shared *sh = c->sh;
@@ -136,6 +168,10 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 		errno = EOPNOTSUPP;
 		return -1;
 	}
+	if (io_hold_mine(&c->tx_hold)) {
+		errno = EDEADLK;        /* a claim of this thread is not committed */
+		return -1;
+	}
 	for (int k = 0; k < iovcnt; k++)
 		total += iov[k].iov_len;
 	if (total == 0) {
@@ -144,7 +180,7 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 		return err ? tx_finish(0, -err, flags) : 0;
 	}
 	sh_lock(&sh->tx_lock);
-	while (done < total && (space = tx_space(c, fd, dontwait)) > 0) {
+	while (done < total && (space = tx_space(c, fd, 1, dontwait)) > 0) {
 		uint32_t chunk = 0;
 
 		while (chunk < space && i < iovcnt) {
@@ -203,8 +239,12 @@ ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t cou
 	long space = 0;
 	off_t pos = offset ? *offset : 0;
 
+	if (io_hold_mine(&c->tx_hold)) {
+		errno = EDEADLK;
+		return -1;
+	}
 	sh_lock(&sh->tx_lock);
-	while (done < count && (space = tx_space(c, fd, 0)) > 0) {
+	while (done < count && (space = tx_space(c, fd, 1, 0)) > 0) {
 		size_t want = count - done < (size_t)space ? count - done : (size_t)space;
 		size_t run = ring_contig(c->tx_size, sh->prod, want);
 		uint8_t *dst = ring_data(c->tx) + (sh->prod & (c->tx_size - 1));

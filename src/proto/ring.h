@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #define RING_MAGIC      0x4f4c4d53u   /* "SMLO" */
 #define RING_VERSION    1u
@@ -125,6 +126,17 @@ static inline size_t ring_contig(uint32_t size, uint64_t pos, size_t len)
 	size_t off = (size_t)(pos & (size - 1));
 	size_t run = size - off;
 	return len < run ? len : run;
+}
+
+/* The @len bytes of a data area of @size from stream position @pos, as one
+ * piece or two where the ring wraps (@iov[1] empty otherwise). */
+static inline void ring_pieces(uint8_t *data, uint32_t size, uint64_t pos, size_t len,
+                               struct iovec iov[2])
+{
+	size_t run = ring_contig(size, pos, len);
+
+	iov[0] = (struct iovec){ data + (pos & (size - 1)), run };
+	iov[1] = (struct iovec){ data, len - run };
 }
 
 /* States of the offer word (ring_hdr.offer of the client->server ring): the

@@ -20,7 +20,9 @@
 # log in $FUZZ_BUILD/logs/<name>.log, and makes the script exit 1 after the
 # rest have run.
 #
-# Environment: FUZZ_BUILD; CC (default clang, installed with apt-get when
+# Environment: FUZZ_BUILD; FUZZ_RUNS=N stops each harness after N executions
+# (or SECONDS, whichever comes first: FUZZ_RUNS=10000000 with a long SECONDS
+# is the 10^7 goal of docs/reliability.md); CC (default clang, installed with apt-get when
 # missing); SMCLO_FUZZ_SKIP_KNOWN=1 steers the harnesses clear of src/ bugs
 # they found before (named at the top of each harness).
 #
@@ -96,6 +98,7 @@ run() {
 	UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
 		"$bin" -max_total_time="$secs" -timeout=25 -print_final_stats=1 \
 		       -entropic_scale_per_exec_time=1 -artifact_prefix="$art/" \
+		       ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} \
 		       "$scratch" "$seeds" >"$log" 2>&1
 	rc=$?
 	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
@@ -134,6 +137,8 @@ case ${1:-} in
 esac
 
 secs=${1:-30}
+[ -z "${FUZZ_RUNS:-}" ] || [[ "$FUZZ_RUNS" =~ ^[0-9]+$ ]] ||
+	die "FUZZ_RUNS must be a number of executions: $FUZZ_RUNS"
 [[ "$secs" =~ ^[0-9]+$ ]] && [ "$secs" -gt 0 ] || die "seconds must be a positive number: $secs"
 shift $(( $# > 0 ? 1 : 0 ))
 list=${*:-$(harnesses)}

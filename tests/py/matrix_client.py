@@ -1,7 +1,7 @@
 """The client side of test_matrix.py: N echo exchanges, checked byte for byte.
 
     matrix_client.py PORT N SEED [--greet] [--hold] [--rlimit N] [--fdpass]
-                     [--epoll-early]
+                     [--epoll-early] [--api]
 
 Each connection sends a random amount (1 B to 300 KB, log-uniform, the
 first and last of each case 1 B and 300 KB) of random bytes, half-closes,
@@ -13,6 +13,8 @@ them all open until the last exchange.  --rlimit: lower RLIMIT_NOFILE first.
 over SCM_RIGHTS and exits at once (ssh's ProxyUseFdpass).  --epoll-early:
 each connection is nginx's upstream one: a non-blocking socket put into an
 edge-triggered epoll set before connect(), every wait through that set.
+--api: each exchange through the native API (smclo_api.py): the bytes are
+written in place into claims and read in place from peeks.
 Every socket wait is bounded (SO_RCVTIMEO / SO_SNDTIMEO, 5 s), and so is
 the whole run: connections not begun after 40 s are reported as not tried.
 Prints one JSON line: {"ok": count, "bad": [descriptions]}.
@@ -126,14 +128,14 @@ def connect(port, greet, fdpass=False):
     return c
 
 
-def exchange(c, data):
+def exchange(c, data, api=None):
     got = bytearray()
     err = []
 
     def reader():
         try:
             while True:
-                d = c.recv(1 << 16)
+                d = api.recv(c.fileno()) if api else c.recv(1 << 16)
                 if not d:
                     return
                 got.extend(d)
@@ -143,7 +145,10 @@ def exchange(c, data):
     t = threading.Thread(target=reader, daemon=True)
     t.start()
     try:
-        c.sendall(data)
+        if api:
+            api.sendall(c.fileno(), data)
+        else:
+            c.sendall(data)
         c.shutdown(socket.SHUT_WR)
     except OSError as e:
         err.append("send: %r" % e)
@@ -166,6 +171,9 @@ def main():
         resource.setrlimit(resource.RLIMIT_NOFILE, (lim, lim))
     greet, hold, fdpass = "--greet" in opts, "--hold" in opts, "--fdpass" in opts
     epoll_early = "--epoll-early" in opts
+    api = None
+    if "--api" in opts:
+        import smclo_api as api
     rng = random.Random(seed)
     ok, bad = 0, []
     held = []
@@ -200,7 +208,7 @@ def main():
             continue
         if c is None:
             continue
-        why = exchange(c, data)
+        why = exchange(c, data, api)
         if why:
             bad.append("connection %d (%d B): %s" % (i, size, why))
         else:

@@ -141,6 +141,27 @@ def echo(c, greet=False, shut=False):
     c.close()
 
 
+def echo_api(c, greet=False):
+    """echo() through the native API: peeks read in place, claims written
+    in place (smclo_api.py)."""
+    import smclo_api
+    got = 0
+    try:
+        if greet:
+            smclo_api.sendall(c.fileno(), b"G")
+        while True:
+            d = smclo_api.recv(c.fileno())
+            if not d:
+                break
+            got += len(d)
+            smclo_api.sendall(c.fileno(), d)
+        ended("eof", got)
+    except OSError as e:
+        ended(outcome_of(e), got)
+        print("server: %r" % e, file=sys.stderr, flush=True)
+    c.close()
+
+
 def reap():
     try:
         while os.waitpid(-1, os.WNOHANG)[0] > 0:
@@ -310,6 +331,28 @@ def p_accept(port, work):
     ready()
     while True:
         echo(l.accept()[0])
+
+
+def p_api_accept(port, work):
+    l = listen(port)
+    ready()
+    while True:
+        echo_api(l.accept()[0])
+
+
+def p_api_fork(port, work):
+    """fork per connection, the parent closing its copy at once, the child
+    echoing through the native API."""
+    l = listen(port)
+    ready()
+    while True:
+        c, _ = l.accept()
+        if os.fork() == 0:
+            l.close()
+            echo_api(c, greet=True)
+            os._exit(0)
+        c.close()
+        reap()
 
 
 def p_thread(port, work):
@@ -617,6 +660,8 @@ def p_daemon(closer):
 
 PATTERNS = {
     "accept": p_accept,
+    "api-accept": p_api_accept,
+    "api-fork": p_api_fork,
     "epoll-lt": p_loop("epoll-lt"),
     "epoll-et": p_loop("epoll-et"),
     "poll": p_loop("poll"),

@@ -125,6 +125,10 @@ BUGS = {}
 #   the registration along (it names the TCP socket), so such a connection
 #   stays on TCP, counted epoll-before-connect at the client (the server,
 #   offered nothing, counts peer-no-smclo).  Accelerated, every wait hung.
+# * client-api (against `accept`), api-accept, api-fork: the native API
+#   (include/smclo.h) at the client, at the server, and in a fork child whose
+#   parent closed its copy: claims written and peeks read in place, through
+#   ctypes (smclo_api.py); on the tcp path the same calls take the copy path.
 # * rlimit-64: 50 connections need 50 of 64 descriptors on TCP; smclo must not
 #   make accept()/connect() fail with EMFILE where TCP would not ("fits").
 #   rlimit-256: everything fits; the client holds all 50 open at once, so offers
@@ -166,6 +170,9 @@ spawn-helper       direct         inbox          rendezvous      tcp
 subprocess-helper  direct         inbox          rendezvous      tcp
 client-fdpass      direct         inbox          rendezvous      tcp
 client-epoll-early epoll-early    epoll-early    epoll-early     tcp
+client-api         direct         inbox          rendezvous      tcp
+api-accept         direct         inbox          rendezvous      tcp
+api-fork           direct         inbox          rendezvous      tcp
 """
 
 
@@ -178,11 +185,14 @@ def parse_matrix(text):
 MATRIX = parse_matrix(MATRIX_TEXT)
 
 # rows that are client patterns: the server pattern they run against
-SERVER_FOR = {"client-fdpass": "accept", "client-epoll-early": "accept"}
+SERVER_FOR = {"client-fdpass": "accept", "client-epoll-early": "accept",
+              "client-api": "accept"}
 # client options per row
 CLIENT_OPTS = {
     "client-fdpass": ["--fdpass"],
     "client-epoll-early": ["--epoll-early"],
+    "client-api": ["--api"],
+    "api-fork": ["--greet"],
     "fork-early": ["--greet"],
     "fork-late": ["--greet"],
     "rlimit-64": ["--hold", "--rlimit", "64"],

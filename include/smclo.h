@@ -1,0 +1,136 @@
+/*
+ * smclo.h - smclo's native API: send and receive in place.
+ *
+ * smclo switches TCP connections between processes of one host to shared
+ * memory (see smclo(1)).  Through read() and write() that still costs two
+ * copies: the sender's buffer into the ring, the ring into the receiver's
+ * buffer.  This API takes one of them away on each side:
+ *
+ *   - smclo_send_claim() hands out the free space of the connection's send
+ *     ring itself; the program builds its message there and
+ *     smclo_send_commit() publishes it (smclo_send_abort() takes it back).
+ *     This is the prepare/commit/abort of the kernel's page_frag cache.
+ *   - smclo_recv_peek() shows the received bytes where they lie in the
+ *     peer's ring; smclo_recv_consume() releases them, which gives the
+ *     sender its space back (the consumer cursor of SMC's CDC messages).
+ *
+ * Every call works on any connected TCP socket descriptor.  On a
+ * connection smclo did not accelerate (the peer is a plain TCP program, is
+ * on another host, or smclo gave the reason in `smclo stat`), the same calls
+ * work on memory of the library and the socket's send() and recv(), and
+ * say so: every claim and peek reports how the bytes travel (SMCLO_VIA_*).
+ * A program written to this API therefore needs no second code path.
+ *
+ * A program linked with -lsmclo needs no `smclo run`: the library starts
+ * when the program does.  Under `smclo run` the same functions are there.
+ *
+ * The stream: claims and commits, peeks and consumes, read(), write(),
+ * send() and recv() may be mixed on one descriptor and the byte stream stays
+ * in order.  Between a claim and its commit (or a peek and its consume) the
+ * calling thread holds that direction of the connection: other threads'
+ * sends (or receives) on it wait, and the same thread's own write() during
+ * its claim, or read() during its peek, fails with EDEADLK (the other
+ * direction is free: an echo can peek, claim, copy, commit and consume).  A claim or peek belongs to the thread that made
+ * it; a fork child does not inherit it.  Closing or shutting down the
+ * descriptor gives up the closing thread's own claim and peek.
+ *
+ * Errors: every function returns -1 and sets errno on failure, as socket
+ * calls do.  A bad argument is EINVAL, never a crash.
+ *
+ * Man pages: smclo_send_claim(3), smclo_recv_peek(3).  The model and the
+ * measured figures: docs/api.md.
+ */
+#ifndef SMCLO_H
+#define SMCLO_H
+
+#include <stddef.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How the bytes of a claim or a peek travel. */
+#define SMCLO_VIA_RING 1        /* in place, in the connection's shared ring */
+#define SMCLO_VIA_COPY 2        /* through library memory and the TCP socket */
+
+/* Flags. */
+#define SMCLO_DONTWAIT 0x1      /* never wait: EAGAIN instead (the probe form) */
+
+/* A run of bytes in place: two pieces where a ring wraps, else iov[1] is empty. */
+struct smclo_span {
+	struct iovec iov[2];
+	size_t len;             /* iov[0].iov_len + iov[1].iov_len */
+	int via;                /* SMCLO_VIA_* */
+};
+
+/*
+ * Claim at least @min bytes (1 if 0) of send space on connected TCP socket
+ * @fd: all that is free is returned in @span (so len >= min), to be written
+ * in place.  Waits for the space unless @flags has SMCLO_DONTWAIT or the
+ * descriptor is non-blocking.  Returns span->len, or -1 with errno:
+ * EAGAIN (no space now), EMSGSIZE (@min larger than the ring or than the
+ * largest staging buffer, SMCLO_STAGE_MAX, on TCP), EPIPE or ECONNRESET (the
+ * connection is gone), ENOTSOCK / ENOTCONN / EBADF, EOPNOTSUPP (a socket
+ * that is not TCP), EINVAL (@span NULL or
+ * unknown flags).  A second claim of the thread on @fd replaces the first,
+ * as an abort would.
+ */
+ssize_t smclo_send_claim(int fd, size_t min, struct smclo_span *span, int flags);
+
+/*
+ * Publish the first @n bytes of this thread's claim on @fd (n <= the
+ * claim's len; 0 publishes nothing) and end the claim.  On a ring the bytes
+ * are the peer's at once; on TCP they are sent in full before the call
+ * returns (waiting for socket space if need be).  Never raises SIGPIPE.
+ * Returns 0, or -1 with errno: EINVAL (no claim of this thread on @fd, or
+ * @n larger than it; the claim stays), EPIPE / ECONNRESET (TCP: the peer
+ * went away; how much was sent is unknown, as for send()).
+ */
+int smclo_send_commit(int fd, size_t n, int flags);
+
+/* End this thread's claim on @fd without publishing.  0, or -1/EINVAL. */
+int smclo_send_abort(int fd);
+
+#define SMCLO_STAGE_MAX (16u << 20)     /* the largest claim on TCP */
+#define SMCLO_PEEK_MAX  (1u << 20)      /* the largest @min of a peek on TCP */
+
+/*
+ * The received bytes of @fd where they lie, at least @min of them (1 if 0)
+ * unless the stream ends first: returns span->len, 0 at the end of the
+ * stream, or -1 with errno: EAGAIN (fewer than @min bytes now, with
+ * SMCLO_DONTWAIT or on a non-blocking descriptor; SO_RCVTIMEO expired),
+ * EMSGSIZE (@min larger than the ring, or on TCP than SMCLO_PEEK_MAX: the
+ * kernel must be able to queue that many bytes), ECONNRESET, EINTR, ENOTSOCK /
+ * ENOTCONN / EBADF / EOPNOTSUPP (as for a claim), EINVAL.  Waits
+ * unless @flags has SMCLO_DONTWAIT or the descriptor is non-blocking.  The
+ * bytes stay until smclo_recv_consume(); a second peek of the thread on @fd
+ * looks again (it may show more).  Bytes in a ring are read-only, and the
+ * peer process can still write them: check what you parse, as you would a
+ * copy.
+ */
+ssize_t smclo_recv_peek(int fd, size_t min, struct smclo_span *span, int flags);
+
+/*
+ * Consume the first @n bytes of this thread's peek on @fd (n <= its len; 0
+ * consumes nothing) and end the peek.  0, or -1 with errno EINVAL (no peek
+ * of this thread on @fd, or @n larger than it; the peek stays).
+ */
+int smclo_recv_consume(int fd, size_t n);
+
+/*
+ * How connected TCP socket @fd carries bytes now: SMCLO_VIA_RING or
+ * SMCLO_VIA_COPY; -1 with errno ENOTSOCK / ENOTCONN / EBADF / EOPNOTSUPP.  A connection
+ * whose handshake is still undecided is decided first.
+ */
+int smclo_via(int fd);
+
+/* The library's version, "MAJOR.MINOR.PATCH". */
+const char *smclo_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

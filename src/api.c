@@ -1,0 +1,496 @@
+/*
+ * api.c - the native API (include/smclo.h): claim/commit/abort and
+ * peek/consume on any connected TCP socket.
+ *
+ * The second front end beside the preload shim.  On an accelerated
+ * connection a claim or peek is the core's own (tx_claim, rx_peek in io.h):
+ * the bytes are the ring's and the direction's lock stays with the thread
+ * until the commit or consume.  On anything else it is a copy through
+ * staging memory of the thread: a claim hands out the staging buffer and the
+ * commit send()s it in full; a peek copies with MSG_PEEK and the consume
+ * discards with MSG_TRUNC, so the kernel's queue stays the one source of
+ * truth and recv()s mixed in between stay in order.
+ *
+ * What a thread holds lives in its own small table (struct hold), with a
+ * reference to the connection: a commit finds its claim even when another
+ * thread closed the descriptor meanwhile (that close waits for the lock the
+ * claim holds, and goes on after the commit).
+ */
+#include "smclo.h"
+
+#include "handshake.h"
+#include "interpose.h"
+#include "io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#ifndef SMCLO_LIB_VERSION
+#define SMCLO_LIB_VERSION "unknown"      /* CMakeLists.txt sets it; tools/lint.sh does not */
+#endif
+
+#define HOLDS_MAX     8                 /* claims and peeks one thread keeps at once */
+#define STAGE_DEFAULT (64u << 10)       /* a TCP claim's or peek's staging, at least */
+
+enum dir { TX, RX };
+#define SEND 1
+
+struct hold {
+	int fd;                 /* -1: free slot */
+	pid_t pid;              /* a fork child's copy of the table is not its own */
+	enum dir dir;
+	struct conn *c;         /* referenced; NULL: the TCP path */
+	size_t len;             /* bytes claimed or peeked */
+	char *stage;            /* the TCP path's memory, kept for the next use */
+	size_t cap;
+};
+
+static pthread_key_t holds_key;
+static pthread_once_t holds_once = PTHREAD_ONCE_INIT;
+static _Thread_local struct hold *holds;
+
+static void holds_free(void *p)
+{
+	struct hold *h = p;
+
+	for (int i = 0; i < HOLDS_MAX; i++) {
+		if (h[i].c)
+			conn_put(h[i].c);
+		free(h[i].stage);
+	}
+	free(h);
+}
+
+static void holds_key_make(void)
+{
+	pthread_key_create(&holds_key, holds_free);
+	/* with smclo inactive its own handler is not there to renew the pid */
+	pthread_atfork(NULL, NULL, sys_pid_forget);
+}
+
+static void hold_end(struct hold *h);
+
+/* This thread's hold of @dir on @fd, or NULL.  Holds a fork child finds in
+ * its copy of the table are its parent's: forgotten. */
+static struct hold *hold_find(int fd, enum dir dir)
+{
+	for (int i = 0; holds && i < HOLDS_MAX; i++) {
+		if (holds[i].fd >= 0 && holds[i].pid != sys_getpid())
+			hold_end(&holds[i]);
+		if (holds[i].fd == fd && holds[i].dir == dir)
+			return &holds[i];
+	}
+	return NULL;
+}
+
+/* A slot for a new hold of @dir on @fd (its staging memory kept), or NULL. */
+static struct hold *hold_new(int fd, enum dir dir)
+{
+	if (!holds) {
+		pthread_once(&holds_once, holds_key_make);
+		holds = calloc(HOLDS_MAX, sizeof(*holds));
+		if (!holds)
+			return NULL;
+		for (int i = 0; i < HOLDS_MAX; i++)
+			holds[i].fd = -1;
+		pthread_setspecific(holds_key, holds);
+	}
+	for (int i = 0; i < HOLDS_MAX; i++)
+		if (holds[i].fd < 0 || holds[i].pid != sys_getpid()) {
+			if (holds[i].fd >= 0)
+				hold_end(&holds[i]);
+			holds[i].fd = fd;
+			holds[i].pid = sys_getpid();
+			holds[i].dir = dir;
+			holds[i].len = 0;
+			return &holds[i];
+		}
+	return NULL;
+}
+
+static void hold_end(struct hold *h)
+{
+	if (h->c)
+		conn_put(h->c);
+	h->c = NULL;
+	h->fd = -1;
+	h->len = 0;
+}
+
+static int fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
+/*
+ * Why @fd, not a connection smclo carries, cannot take a claim: 0 if it is
+ * a connected TCP socket, else ENOTSOCK, EBADF, EOPNOTSUPP (not TCP),
+ * ENOTCONN (never connected) or EPIPE (connected once, closed since, as a
+ * send() would say).  A peek asks only for TCP: its recv() reports the rest,
+ * the end of the stream included.
+ */
+static int not_tcp(int fd, int for_send)
+{
+	int type = 0, proto = 0;
+	socklen_t l = sizeof(type);
+	struct sockaddr_storage ss;
+	struct tcp_info ti;     /* a handshake gave it a round-trip time */
+
+	if (sys_getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0)
+		return errno;
+	l = sizeof(proto);
+	if (sys_getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l) < 0 ||
+	    type != SOCK_STREAM || proto != IPPROTO_TCP)
+		return EOPNOTSUPP;      /* the copy path's MSG_TRUNC and peeks are TCP's */
+	l = sizeof(ss);
+	if (!for_send || sys_getpeername(fd, &ss, &l) == 0)
+		return 0;
+	l = sizeof(ti);
+	if (sys_getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) == 0 && ti.tcpi_rtt > 0)
+		return EPIPE;
+	return ENOTCONN;
+}
+
+/*
+ * The accelerated connection behind @fd, referenced, with its handshake
+ * decided; NULL with *@err 0 for a TCP socket the copy path can serve, or
+ * with *@err set (not_tcp) for one it cannot.
+ */
+static struct conn *api_conn(int fd, int for_send, int *err)
+{
+	struct conn *c = smclo_active && fd_has_conn(fd) ? conn_get(fd) : NULL;
+
+	*err = 0;
+	if (c && atomic_load_explicit(&c->pending, memory_order_relaxed) != PENDING_NONE)
+		hs_resolve(fd, c, 0);
+	if (c && c->mode == MODE_SHM)
+		return c;
+	if (c)
+		conn_put(c);
+	*err = not_tcp(fd, for_send);
+	return NULL;
+}
+
+/* The staging memory of @h, at least @want bytes. */
+static int stage_reserve(struct hold *h, size_t want)
+{
+	size_t cap = want > STAGE_DEFAULT ? want : STAGE_DEFAULT;
+	char *p;
+
+	if (h->cap >= cap)
+		return 0;
+	p = realloc(h->stage, cap);
+	if (!p)
+		return -ENOMEM;
+	h->stage = p;
+	h->cap = cap;
+	return 0;
+}
+
+static void span_of_stage(struct smclo_span *span, struct hold *h, size_t len)
+{
+	span->iov[0] = (struct iovec){ h->stage, len };
+	span->iov[1] = (struct iovec){ NULL, 0 };
+	span->len = len;
+	span->via = SMCLO_VIA_COPY;
+}
+
+static void span_of_ring(struct smclo_span *span, const struct iovec iov[2], size_t len)
+{
+	span->iov[0] = iov[0];
+	span->iov[1] = iov[1];
+	span->len = len;
+	span->via = SMCLO_VIA_RING;
+}
+
+/* Wait (@timeout ms, -1 for ever) until @fd reports @events; 1, 0, -errno. */
+static int wait_for(int fd, short events, int timeout)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+	int r = sys_poll(&p, 1, timeout);
+
+	return r < 0 ? -errno : r;
+}
+
+static int nonblocking(int fd)
+{
+	int fl = sys_fcntl(fd, F_GETFL, 0);
+
+	return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+/* A claim of the TCP path: the staging memory, if the socket can take bytes. */
+static ssize_t claim_copy(struct hold *h, int fd, size_t min, struct smclo_span *span,
+                          int dontwait)
+{
+	int r;
+
+	if (min > SMCLO_STAGE_MAX)
+		return -EMSGSIZE;
+	if (dontwait && (r = wait_for(fd, POLLOUT, 0)) <= 0)
+		return r < 0 ? r : -EAGAIN;
+	if ((r = stage_reserve(h, min)) < 0)
+		return r;
+	span_of_stage(span, h, h->cap);
+	return (ssize_t)h->cap;
+}
+
+EXPORT ssize_t smclo_send_claim(int fd, size_t min, struct smclo_span *span, int flags)
+{
+	struct hold *h;
+	struct conn *c;
+	struct iovec iov[2];
+	int err, dontwait = flags & SMCLO_DONTWAIT;
+	ssize_t r;
+
+	if (!span || (flags & ~SMCLO_DONTWAIT))
+		return fail(EINVAL);
+	if ((h = hold_find(fd, TX)))
+		smclo_send_abort(fd);   /* a second claim replaces the first */
+	c = api_conn(fd, SEND, &err);
+	if (!c && err)
+		return fail(err);
+	if (!(h = hold_new(fd, TX))) {
+		if (c)
+			conn_put(c);
+		return fail(ENOBUFS);
+	}
+	if (!c) {
+		r = claim_copy(h, fd, min, span, dontwait || nonblocking(fd));
+	} else {
+		r = tx_claim(c, fd, min, iov, dontwait);
+		if (r == 0)
+			r = -EAGAIN;
+		if (r > 0)
+			span_of_ring(span, iov, (size_t)r);
+	}
+	if (r < 0) {
+		if (c)
+			conn_put(c);
+		h->fd = -1;
+		return fail((int)-r);
+	}
+	h->c = c;
+	h->len = (size_t)r;
+	return r;
+}
+
+/* Send all @n staged bytes, waiting for socket space as a blocking send would. */
+static int commit_copy(struct hold *h, int fd, size_t n)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t w = sys_send(fd, h->stage + done, n - done, MSG_NOSIGNAL);
+
+		if (w > 0) {
+			done += (size_t)w;
+		} else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			int r = wait_for(fd, POLLOUT, -1);
+			if (r < 0 && r != -EINTR)
+				return r;
+		} else if (w < 0 && errno != EINTR) {
+			return -errno;
+		}
+	}
+	return 0;
+}
+
+EXPORT int smclo_send_commit(int fd, size_t n, int flags)
+{
+	struct hold *h = hold_find(fd, TX);
+	int r = 0;
+
+	if (!h || n > h->len || (flags & ~SMCLO_DONTWAIT))
+		return fail(EINVAL);
+	if (!h->c)
+		r = commit_copy(h, fd, n);
+	else if (io_hold_mine(&h->c->tx_hold))
+		tx_commit(h->c, fd, n);
+	else
+		r = -EPIPE;             /* this thread closed the connection meanwhile */
+	hold_end(h);
+	return r < 0 ? fail(-r) : 0;
+}
+
+EXPORT int smclo_send_abort(int fd)
+{
+	struct hold *h = hold_find(fd, TX);
+
+	if (!h)
+		return fail(EINVAL);
+	if (h->c && io_hold_mine(&h->c->tx_hold))
+		tx_abort(h->c);
+	hold_end(h);
+	return 0;
+}
+
+/* ---- receiving ---------------------------------------------------------- */
+
+/* The peer shut its sending side (or went away): fewer than asked is all. */
+static int peer_done(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+	return sys_poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/*
+ * Before a wait for @min bytes the socket does not hold yet: make sure the
+ * kernel will queue them.  Peeked bytes stay in the kernel's queue, and a
+ * packet stays charged in full until the last of its bytes is consumed; on
+ * loopback the kernel coalesces arriving segments into the last packet (up
+ * to 17 fragments, about half a megabyte), so with the default buffer a
+ * queue can be full to the kernel with fewer than @min bytes in it and its
+ * window shut for ever (seen: 12 KB unread charged 327 KB, the peek waiting
+ * for 40 KB).  Linux sizes the receive buffer for an SO_RCVLOWAT it is given
+ * and never shrinks it back (autotuning stays on): setting @min plus
+ * PEEK_SLACK for such a packet, then the old mark again at once, leaves the
+ * buffer grown.  The mark itself must not stay: the kernel wakes a reader
+ * only once that many bytes are queued.
+ */
+#define PEEK_SLACK (1u << 20)
+
+static void rcvbuf_grow(int fd, size_t min)
+{
+	int v = (int)(min + PEEK_SLACK), cur = 1;
+	socklen_t l = sizeof(cur);
+
+	if (sys_getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &cur, &l) == 0 && cur < v &&
+	    sys_setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) == 0)
+		sys_setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &cur, sizeof(cur));
+}
+
+/*
+ * A peek of the TCP path: copy what the socket holds (at least @min, which
+ * MSG_WAITALL waits for unless the stream ends) without taking it.
+ */
+static ssize_t peek_copy(struct hold *h, int fd, size_t min, struct smclo_span *span,
+                         int dontwait)
+{
+	int avail = 0, r;
+	size_t want;
+	ssize_t n;
+
+	if (min > SMCLO_PEEK_MAX)
+		return -EMSGSIZE;
+	if (ioctl(fd, FIONREAD, &avail) < 0)
+		avail = 0;
+	want = (size_t)avail > min ? (size_t)avail : min;
+	if (want > SMCLO_STAGE_MAX)
+		want = SMCLO_STAGE_MAX;
+	if ((r = stage_reserve(h, want)) < 0)
+		return r;
+	if (!dontwait && (size_t)avail < min)
+		rcvbuf_grow(fd, min);
+	do {
+		n = sys_recv(fd, h->stage, want,
+		             MSG_PEEK | (dontwait ? MSG_DONTWAIT : MSG_WAITALL));
+	} while (n < 0 && errno == EINTR && !dontwait && bell_signals_restart());
+	if (n < 0)
+		return -errno;
+	if (n > 0 && (size_t)n < min && !peer_done(fd))
+		return -EAGAIN;         /* a timeout, or dontwait with too few */
+	span_of_stage(span, h, (size_t)n);
+	return n;
+}
+
+EXPORT ssize_t smclo_recv_peek(int fd, size_t min, struct smclo_span *span, int flags)
+{
+	struct hold *h;
+	struct conn *c;
+	struct iovec iov[2];
+	int err, dontwait = flags & SMCLO_DONTWAIT;
+	ssize_t r;
+
+	if (!span || (flags & ~SMCLO_DONTWAIT))
+		return fail(EINVAL);
+	if (hold_find(fd, RX))
+		smclo_recv_consume(fd, 0);      /* look again */
+	c = api_conn(fd, !SEND, &err);
+	if (!c && err)
+		return fail(err);
+	if (!(h = hold_new(fd, RX))) {
+		if (c)
+			conn_put(c);
+		return fail(ENOBUFS);
+	}
+	if (!c) {
+		r = peek_copy(h, fd, min ? min : 1, span, dontwait || nonblocking(fd));
+	} else {
+		r = rx_peek(c, fd, min, iov, dontwait);
+		if (r > 0)
+			span_of_ring(span, iov, (size_t)r);
+	}
+	if (r <= 0) {
+		if (c)
+			conn_put(c);
+		h->fd = -1;
+		if (r == 0)
+			*span = (struct smclo_span){ .via = c ? SMCLO_VIA_RING : SMCLO_VIA_COPY };
+		return r < 0 ? fail((int)-r) : 0;
+	}
+	h->c = c;
+	h->len = (size_t)r;
+	return r;
+}
+
+/* Take @n bytes the peek saw off the socket's queue (they are there). */
+static int consume_copy(int fd, size_t n)
+{
+	while (n) {
+		ssize_t d = sys_recv(fd, NULL, n, MSG_TRUNC | MSG_DONTWAIT);
+
+		if (d > 0)
+			n -= (size_t)d;
+		else if (d == 0)
+			return -ECONNRESET;     /* taken by someone else: the peek lied */
+		else if (errno != EINTR)
+			return -errno;
+	}
+	return 0;
+}
+
+EXPORT int smclo_recv_consume(int fd, size_t n)
+{
+	struct hold *h = hold_find(fd, RX);
+	int r = 0;
+
+	if (!h || n > h->len)
+		return fail(EINVAL);
+	if (!h->c)
+		r = consume_copy(fd, n);
+	else if (io_hold_mine(&h->c->rx_hold))
+		rx_consume(h->c, fd, n);
+	hold_end(h);
+	return r < 0 ? fail(-r) : 0;
+}
+
+/* ---- about the connection ----------------------------------------------- */
+
+EXPORT int smclo_via(int fd)
+{
+	int err;
+	struct conn *c = api_conn(fd, SEND, &err);
+
+	if (c) {
+		conn_put(c);
+		return SMCLO_VIA_RING;
+	}
+	return err ? fail(err) : SMCLO_VIA_COPY;
+}
+
+EXPORT const char *smclo_version(void)
+{
+	return SMCLO_LIB_VERSION;
+}
