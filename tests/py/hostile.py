@@ -5,6 +5,9 @@ library), then abuses what it was given.  Layouts follow clc.h and ring.h.
     hostile.py client REGISTRY PORT ATTACK   pose as an smclo client
 
 ATTACK (server): prod      - publish an impossible producer cursor, ring
+                 stale-bell - send a byte, then (once it is read) a doorbell
+                              for it again, then a second byte: an honest
+                              peer's doorbell that arrived late
                  cons      - publish a consumer cursor beyond what was sent
                  proof     - answer with somebody else's TCP socket as proof
                  inbox-prod   - take an offer from our inbox, then publish an
@@ -188,8 +191,38 @@ def server(reg, port, attack):
         poke(region, down_hdr + 192, "<Q", 1)             # one doorbell counted
     elif attack == "cons":
         poke(region, down_hdr + 128, "<Q", 1 << 40)       # consumed more than sent
+    elif attack == "stale-bell":
+        return stale_bell(region, down_hdr, mine, lock)
     mine.send(b"")                                        # ring
     time.sleep(3)
+    os.close(lock)
+
+
+def stale_bell(region, down_hdr, mine, lock):
+    """A byte with its doorbell; once the client has read it, a doorbell
+    for it again (what a writer preempted between counting and sending
+    one delivers late); then a second byte with its doorbell."""
+    data = down_hdr + HDR
+
+    def ring(seq, val):
+        poke(region, down_hdr + 208 + 8 * (seq % 32), "<Q", val)   # bell_val[seq]
+        poke(region, down_hdr + 192, "<Q", seq + 1)                 # bell_seq
+        mine.send(b"")
+
+    region[data] = ord("a")
+    poke(region, down_hdr + 64, "<Q", 1)                  # producer cursor
+    ring(0, 1)
+    deadline = time.time() + 5
+    while struct.unpack_from("<Q", region, 128)[0] != 1 and time.time() < deadline:
+        time.sleep(0.01)                                  # the client's consumer cursor
+    time.sleep(0.3)                                       # it waits for more now
+    ring(1, 1)                                            # late: its byte is read
+    print("stale", flush=True)
+    time.sleep(0.3)
+    region[data + 1] = ord("b")
+    poke(region, down_hdr + 64, "<Q", 2)
+    ring(2, 2)
+    time.sleep(5)
     os.close(lock)
 
 

@@ -177,7 +177,9 @@ OUT_LIMIT = 1 << 20
 
 class Loop:
     """Echo every connection of a non-blocking listener from one thread,
-    waiting with @kind: epoll-lt, epoll-et, poll or select."""
+    waiting with @kind: epoll-lt, epoll-et, epoll-oneshot (level-triggered,
+    armed again after every event, as thread-pool servers do), poll or
+    select."""
 
     def __init__(self, kind, listener, accepting=True):
         self.kind, self.l = kind, listener
@@ -198,6 +200,8 @@ class Loop:
             ev = select.EPOLLIN | select.EPOLLRDHUP
             if self.et:
                 ev |= select.EPOLLOUT | select.EPOLLET
+            if self.kind == "epoll-oneshot":
+                ev |= select.EPOLLONESHOT
             self.ep.register(c.fileno(), ev)
 
     def drop(self, fd):
@@ -217,10 +221,14 @@ class Loop:
         return not st[2] and len(st[1]) < OUT_LIMIT
 
     def relist(self, fd):
-        """Level-triggered epoll: ask for EPOLLOUT only while output waits."""
-        if self.kind == "epoll-lt" and fd in self.conns:
+        """Level-triggered epoll: ask for EPOLLOUT only while output waits;
+        one-shot: arm the registration again (after every event, whatever
+        it was)."""
+        if self.kind in ("epoll-lt", "epoll-oneshot") and fd in self.conns:
             ev = (select.EPOLLIN if self.want_in(fd) else 0) | select.EPOLLRDHUP | \
                 (select.EPOLLOUT if self.want_out(fd) else 0)
+            if self.kind == "epoll-oneshot":
+                ev |= select.EPOLLONESHOT
             self.ep.modify(fd, ev)
 
     def accept_all(self):
@@ -664,6 +672,7 @@ PATTERNS = {
     "api-fork": p_api_fork,
     "epoll-lt": p_loop("epoll-lt"),
     "epoll-et": p_loop("epoll-et"),
+    "epoll-oneshot": p_loop("epoll-oneshot"),
     "poll": p_loop("poll"),
     "select": p_loop("select"),
     "fork-early": p_fork(late=False),

@@ -31,6 +31,33 @@ except socket.timeout:
 """
 
 
+# A one-shot epoll reader (redis' and many proxies' way is level-triggered;
+# one-shot is the thread-pool servers' way): each event, read all, arm again.
+ONESHOT_CLIENT = r"""
+import select, socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+c.sendall(b"x")
+c.setblocking(False)
+ep = select.epoll()
+ep.register(c.fileno(), select.EPOLLIN | select.EPOLLONESHOT)
+got = b""
+while len(got) < 2:
+    if not ep.poll(3):
+        print("hung", got.decode(), flush=True)
+        sys.exit(0)
+    try:
+        while True:
+            d = c.recv(100)
+            if not d:
+                break
+            got += d
+    except BlockingIOError:
+        pass
+    ep.modify(c.fileno(), select.EPOLLIN | select.EPOLLONESHOT)
+print("read", got.decode(), flush=True)
+"""
+
+
 def run_victim(reg, port, mode):
     return reg.run([PY, "-c", VICTIM_CLIENT, str(port), mode], timeout=60)
 
@@ -52,6 +79,20 @@ def test_server_publishes_impossible_producer_cursor(reg, procs, attack, said):
     assert r.returncode == 0 and r.stdout.strip() == "error ConnectionResetError", \
         r.stdout + r.stderr
     assert srv.stdout.readline().strip() == said
+    assert reg.stats()["accelerated_client"] == 1
+
+
+def test_late_doorbell_keeps_oneshot_armed(reg, procs):
+    """An honest writer's doorbell can arrive after its bytes were read; the
+    epoll wait that sees it finds the ring empty and drops the event.  A
+    one-shot registration disarmed itself to deliver it: the reader must
+    still hear of the next bytes (before the fix it never did; the stress
+    test's one-shot server hung with 679 KB unread)."""
+    srv, port = start_hostile_server(reg, procs, "stale-bell")
+    r = reg.run([PY, "-c", ONESHOT_CLIENT, str(port)], timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "read ab", r.stdout + r.stderr
+    assert srv.stdout.readline().strip() == "confirmed"
+    assert srv.stdout.readline().strip() == "stale"
     assert reg.stats()["accelerated_client"] == 1
 
 

@@ -138,6 +138,7 @@ pattern            direct         inbox          rendezvous      tcp
 accept             direct         inbox          rendezvous      tcp
 epoll-lt           inbox          inbox          rendezvous      tcp
 epoll-et           inbox          inbox          rendezvous      tcp
+epoll-oneshot      inbox          inbox          rendezvous      tcp
 poll               inbox          inbox          rendezvous      tcp
 select             inbox          inbox          rendezvous      tcp
 fork-early         direct         inbox          rendezvous      tcp
@@ -469,11 +470,11 @@ def test_kill(pattern, side, kind, procs, tmp_path):
 
 SERIAL = {"accept", "handoff", "scm-keep", "scm-close", "scm-exec", "scm-midstream",
           "system-cat", "setuid", "setgid", "chroot", "daemon-close", "daemon-closerange",
-          "spawn-helper", "subprocess-helper"}
+          "spawn-helper", "subprocess-helper", "api-accept"}
 AT_ONCE = {"prefork": 3}
 CAT_HANDLER = {"exec-cat", "exec-midstream", "exec-closeall", "exec-closerange", "spawn-cat",
                "subprocess-cat", "system-cat"}
-GREETS = {"fork-early", "fork-late"}
+GREETS = {"fork-early", "fork-late", "api-fork"}
 SERVER_WAITS = ["idle", "flood"]
 ECHO_START_BYTES = 4 * 4096         # matrix_kill.py echo_start(): ROUNDS x CHUNK
 KILL_PATTERN_ROWS = [p for p in MATRIX if p not in SERVER_FOR]
