@@ -12,7 +12,8 @@
 #   make lint     cppcheck and gcc -fanalyzer over src/ (tools/lint.sh)
 #   make sanitize the tests against ASan+UBSan and ThreadSanitizer builds
 #   make fuzz     every libFuzzer harness for 10 minutes (tests/fuzz/run.sh)
-#   make bench    the benchmark suite against real programs (writes BENCHMARKS.md)
+#   make bench    the benchmark suite against real programs (writes BENCHMARKS.md),
+#                 then the native API rows (bench/api.py: bench/api-results.md)
 #   make soak     a million connections through one server, 20 clients killed
 #                 with SIGKILL meanwhile: nothing may be left behind
 #   make install  the command, library, man page and smclo.pc under PREFIX
@@ -121,6 +122,7 @@ bench: deps build
 	@dpkg -s python3-matplotlib >/dev/null 2>&1 || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-matplotlib >/dev/null; }
 	/usr/bin/python3 bench/run.py
+	/usr/bin/python3 bench/api.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-release $(BUILD)-deb build-asan build-tsan build-fuzz

@@ -73,7 +73,7 @@ struct smclo_span {
  * EAGAIN (no space now), EMSGSIZE (@min larger than the ring or than the
  * largest staging buffer, SMCLO_STAGE_MAX, on TCP), EPIPE or ECONNRESET (the
  * connection is gone), ENOTSOCK / ENOTCONN / EBADF, EOPNOTSUPP (a socket
- * that is not TCP), EINVAL (@span NULL or
+ * that is not TCP), ENOBUFS (the thread holds 8 claims and peeks), EINVAL (@span NULL or
  * unknown flags).  A second claim of the thread on @fd replaces the first,
  * as an abort would.
  */

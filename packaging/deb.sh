@@ -55,6 +55,17 @@ find "$STAGE/usr/lib" -name '*.so' -type f -exec strip --remove-section=.comment
 	--remove-section=.note --strip-unneeded {} +
 chmod 0644 "$STAGE"/usr/lib/*/libsmclo.so
 gzip -9n "$STAGE/usr/share/man/man1/smclo.1"
+# the API's pages: a page that only names another (.so) becomes a link to
+# it, as dh_installman makes them
+for page in "$STAGE"/usr/share/man/man3/*.3; do
+	target=$(sed -n 's|^\.so man3/\(.*\)$|\1|p' "$page")
+	if [ -n "$target" ]; then
+		rm "$page"
+		ln -s "$target.gz" "$page.gz"
+	else
+		gzip -9n "$page"
+	fi
+done
 
 # copyright: the machine-readable header, then the licence text of LICENSE
 # (from its permission notice on) as the Expat licence's body.

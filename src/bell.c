@@ -42,6 +42,9 @@ int io_rcvtimeo_ms(struct conn *c, int fd)
 	return hooks.rcvtimeo_ms ? hooks.rcvtimeo_ms(c, fd) : 0;
 }
 
+/* What a claim or peek records as its holder (io_hold_take, io.h). */
+_Thread_local char io_thread_token;
+
 /* Ring once: count, send, take the count back on failure. */
 static int bell_send_once(struct conn *c, int fd, int only_if_unread)
 {

@@ -19,8 +19,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 
-_Thread_local char io_thread_token;
-
 void io_release_mine(struct conn *c)
 {
 	if (io_hold_mine(&c->tx_hold))

@@ -13,7 +13,8 @@
  * the doorbell socket, drain our doorbells) or ours (rx_recv with
  * MSG_PEEK / MSG_WAITALL over 1-3 iovecs, tx_send, tx_sendfile from a file,
  * tx_send_pending under an offer word the input sets, rx_available,
- * rx_settle_bells, shutdown for reading).  Everything is non-blocking, as for an
+ * rx_settle_bells, shutdown for reading, the native API's rx_peek and
+ * rx_consume of a part, tx_claim and tx_commit of a part or tx_abort).  Everything is non-blocking, as for an
  * O_NONBLOCK descriptor.  Each ring is allocated on its own, header and
  * data area exactly, so ASan reports any access past a data area.
  *
@@ -30,6 +31,10 @@
  *    those bytes at our producer cursor and publishes it; a write while
  *    the handshake is pending takes all or nothing, only while the offer
  *    word is open and within PENDING_MAX;
+ *  - a peek's span lies in the peer's data area (ASan) and holds exactly
+ *    the bytes at our consumer cursor; a consume moves it by what it was
+ *    told; a claim's span lies in our data area and a commit publishes
+ *    exactly what was written there, an abort nothing; no lock stays held;
  *  - our cursors never leave the ring: a validated peer producer is at
  *    most one ring ahead of what we consumed, our producer at most one
  *    ring ahead of the peer consumer we validated; rx_available() is at
@@ -227,6 +232,77 @@ static void step_write(struct world *w, struct in *in)
 			FUZZ_CHECK(errno == EAGAIN || errno == ECONNRESET || errno == EPIPE || oob);
 	}
 	free(buf);
+}
+
+/* The in-place read of the native API: rx_peek, then rx_consume of a part. */
+static void step_peek(struct world *w, struct in *in)
+{
+	size_t min = take_u16(in) % (w->c.rx_size + 2);
+	uint64_t start = w->sh.cons;
+	struct iovec iov[2];
+	long r;
+
+	r = rx_peek(&w->c, w->fd, min, iov, 1);
+	if (r > 0) {
+		size_t n = (size_t)(take_u16(in) % ((uint64_t)r + 1));
+		uint8_t *copy = malloc((size_t)r);
+
+		/* fewer than asked only where the stream ends */
+		FUZZ_CHECK((size_t)r >= (min ? min : 1) ||
+		           atomic_load(&w->rx->flags) & (RING_F_SHUTDOWN | RING_F_CLOSED) ||
+		           atomic_load(&w->sh.flags) & (SH_SHUT_RD | SH_PEER_SHUT));
+		FUZZ_CHECK((size_t)r <= w->c.rx_size);
+		FUZZ_CHECK(iov[0].iov_len + iov[1].iov_len == (size_t)r);
+		/* every byte where the span says, inside the data area (ASan) */
+		memcpy(copy, iov[0].iov_base, iov[0].iov_len);
+		memcpy(copy + iov[0].iov_len, iov[1].iov_base, iov[1].iov_len);
+		FUZZ_CHECK(peer_bytes_at(copy, (size_t)r, start, w->c.rx_size));
+		free(copy);
+		rx_consume(&w->c, w->fd, n);
+		FUZZ_CHECK(w->sh.cons == start + n);
+	} else {
+		FUZZ_CHECK(r == 0 || r == -EAGAIN || r == -ECONNRESET || r == -EMSGSIZE);
+		FUZZ_CHECK(r != -EMSGSIZE || min > w->c.rx_size);
+		FUZZ_CHECK(w->sh.cons == start);
+	}
+	FUZZ_CHECK(!io_hold_mine(&w->c.rx_hold));
+}
+
+/* The in-place write of the native API: tx_claim, then commit a part or abort. */
+static void step_claim(struct world *w, struct in *in)
+{
+	size_t min = take_u16(in) % (w->c.tx_size + 2);
+	uint8_t how = take_u8(in);
+	uint64_t start = w->sh.prod;
+	struct iovec iov[2];
+	long r;
+
+	r = tx_claim(&w->c, w->fd, min, iov, 1);
+	if (r > 0) {
+		size_t n = (size_t)(take_u16(in) % ((uint64_t)r + 1));
+		uint8_t *buf = malloc((size_t)r);
+
+		FUZZ_CHECK((size_t)r >= (min ? min : 1) && (size_t)r <= w->c.tx_size);
+		FUZZ_CHECK(iov[0].iov_len + iov[1].iov_len == (size_t)r);
+		FUZZ_CHECK(io_hold_mine(&w->c.tx_hold));
+		fill(buf, (size_t)r, 29, how);
+		memcpy(iov[0].iov_base, buf, iov[0].iov_len);          /* inside the area (ASan) */
+		memcpy(iov[1].iov_base, buf + iov[0].iov_len, iov[1].iov_len);
+		if (how & 1) {
+			tx_abort(&w->c);
+			FUZZ_CHECK(w->sh.prod == start);
+		} else {
+			tx_commit(&w->c, w->fd, n);
+			FUZZ_CHECK(w->sh.prod == start + n);
+			check_written(w, start, buf, n);
+		}
+		free(buf);
+	} else {
+		FUZZ_CHECK(r == 0 || r == -ECONNRESET || r == -EPIPE || r == -EMSGSIZE);
+		FUZZ_CHECK(r != -EMSGSIZE || min > w->c.tx_size);
+		FUZZ_CHECK(w->sh.prod == start);
+	}
+	FUZZ_CHECK(!io_hold_mine(&w->c.tx_hold));
 }
 
 /*
@@ -429,7 +505,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	w->peer = sp[1];
 
 	for (int steps = 0; steps < 64 && in.n > 0; steps++) {
-		int op = take_u8(&in) % (PEER_OPS + 7);
+		int op = take_u8(&in) % (PEER_OPS + 9);
 
 		if (op < PEER_OPS)
 			step_peer(w, &in, op);
@@ -445,6 +521,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			rx_settle_bells(&w->c, w->fd);
 		else if (op == PEER_OPS + 5)
 			step_pending(w, &in);
+		else if (op == PEER_OPS + 6)
+			step_peek(w, &in);
+		else if (op == PEER_OPS + 7)
+			step_claim(w, &in);
 		else            /* shutdown(SHUT_RD) as close.c does it: reads end */
 			atomic_fetch_or(&sh->flags, SH_SHUT_RD);
 		invariants(w);
