@@ -30,9 +30,12 @@
  * calling thread holds that direction of the connection: other threads'
  * sends (or receives) on it wait, and the same thread's own write() during
  * its claim, or read() during its peek, fails with EDEADLK (the other
- * direction is free: an echo can peek, claim, copy, commit and consume).  A claim or peek belongs to the thread that made
- * it; a fork child does not inherit it.  Closing or shutting down the
- * descriptor gives up the closing thread's own claim and peek.
+ * direction is free: an echo can peek, claim, copy, commit and consume).
+ * A claim or peek belongs to the thread that made it; a fork child does not
+ * inherit it, and a thread that exits gives it up.  Closing or shutting
+ * down the descriptor gives up the closing thread's own claim and peek.
+ * On TCP a claim holds nothing of the connection: another thread's send()
+ * goes before the commit's bytes.
  *
  * Errors: every function returns -1 and sets errno on failure, as socket
  * calls do.  A bad argument is EINVAL, never a crash.
@@ -70,23 +73,27 @@ struct smclo_span {
  * @fd: all that is free is returned in @span (so len >= min), to be written
  * in place.  Waits for the space unless @flags has SMCLO_DONTWAIT or the
  * descriptor is non-blocking.  Returns span->len, or -1 with errno:
- * EAGAIN (no space now), EMSGSIZE (@min larger than the ring or than the
- * largest staging buffer, SMCLO_STAGE_MAX, on TCP), EPIPE or ECONNRESET (the
- * connection is gone), ENOTSOCK / ENOTCONN / EBADF, EOPNOTSUPP (a socket
- * that is not TCP), ENOBUFS (the thread holds 8 claims and peeks), EINVAL (@span NULL or
- * unknown flags).  A second claim of the thread on @fd replaces the first,
- * as an abort would.
+ *   EAGAIN        no space now (or SO_SNDTIMEO expired)
+ *   EMSGSIZE      @min larger than the ring, or on TCP than SMCLO_STAGE_MAX
+ *   EPIPE, ECONNRESET   the connection is gone
+ *   EINTR         a signal handler without SA_RESTART interrupted the wait
+ *   EBADF, ENOTSOCK, ENOTCONN, EOPNOTSUPP   not a connected TCP socket
+ *   ENOBUFS       the thread already holds 8 claims and peeks
+ *   EINVAL        @span NULL, or unknown flags
+ * A second claim of the thread on @fd replaces the first, as an abort would.
  */
 ssize_t smclo_send_claim(int fd, size_t min, struct smclo_span *span, int flags);
 
 /*
  * Publish the first @n bytes of this thread's claim on @fd (n <= the
- * claim's len; 0 publishes nothing) and end the claim.  On a ring the bytes
- * are the peer's at once; on TCP they are sent in full before the call
- * returns (waiting for socket space if need be).  Never raises SIGPIPE.
- * Returns 0, or -1 with errno: EINVAL (no claim of this thread on @fd, or
- * @n larger than it; the claim stays), EPIPE / ECONNRESET (TCP: the peer
- * went away; how much was sent is unknown, as for send()).
+ * claim's len; 0 publishes nothing) and end the claim; @flags is 0.  On a
+ * ring the bytes are the peer's at once; on TCP they are sent in full
+ * before the call returns (waiting for socket space if need be).  Never
+ * raises SIGPIPE.  Returns 0, or -1 with errno:
+ *   EINVAL        no claim of this thread on @fd, @n larger than it, or
+ *                 @flags not 0 (the claim stays)
+ *   EPIPE, ECONNRESET   TCP: the peer went away (how much was sent is not
+ *                 known, as for send()); a ring: this thread closed @fd
  */
 int smclo_send_commit(int fd, size_t n, int flags);
 
@@ -98,31 +105,34 @@ int smclo_send_abort(int fd);
 
 /*
  * The received bytes of @fd where they lie, at least @min of them (1 if 0)
- * unless the stream ends first: returns span->len, 0 at the end of the
- * stream, or -1 with errno: EAGAIN (fewer than @min bytes now, with
- * SMCLO_DONTWAIT or on a non-blocking descriptor; SO_RCVTIMEO expired),
- * EMSGSIZE (@min larger than the ring, or on TCP than SMCLO_PEEK_MAX: the
- * kernel must be able to queue that many bytes), ECONNRESET, EINTR, ENOTSOCK /
- * ENOTCONN / EBADF / EOPNOTSUPP (as for a claim), EINVAL.  Waits
- * unless @flags has SMCLO_DONTWAIT or the descriptor is non-blocking.  The
- * bytes stay until smclo_recv_consume(); a second peek of the thread on @fd
- * looks again (it may show more).  Bytes in a ring are read-only, and the
- * peer process can still write them: check what you parse, as you would a
- * copy.
+ * unless the stream ends first.  Waits unless @flags has SMCLO_DONTWAIT or
+ * the descriptor is non-blocking.  Returns span->len, 0 at the end of the
+ * stream, or -1 with errno:
+ *   EAGAIN        fewer than @min bytes now and not to wait, or SO_RCVTIMEO
+ *                 expired
+ *   EMSGSIZE      @min larger than the ring, or on TCP than SMCLO_PEEK_MAX
+ *                 (the kernel must be able to queue that many bytes)
+ *   ECONNRESET    the peer reset the connection or broke smclo's protocol
+ *   EINTR         a signal handler without SA_RESTART interrupted the wait
+ *   EBADF, ENOTSOCK, ENOTCONN, EOPNOTSUPP, ENOBUFS, EINVAL   as for a claim
+ * The bytes stay until smclo_recv_consume(); a second peek of the thread
+ * on @fd looks again (it may show more).  Bytes in a ring are read-only,
+ * and the peer process can still write them: check what you parse, as you
+ * would a copy.
  */
 ssize_t smclo_recv_peek(int fd, size_t min, struct smclo_span *span, int flags);
 
 /*
  * Consume the first @n bytes of this thread's peek on @fd (n <= its len; 0
- * consumes nothing) and end the peek.  0, or -1 with errno EINVAL (no peek
- * of this thread on @fd, or @n larger than it; the peek stays).
+ * consumes nothing) and end the peek.  Returns 0, or -1 with errno EINVAL
+ * (no peek of this thread on @fd, or @n larger than it; the peek stays).
  */
 int smclo_recv_consume(int fd, size_t n);
 
 /*
  * How connected TCP socket @fd carries bytes now: SMCLO_VIA_RING or
- * SMCLO_VIA_COPY; -1 with errno ENOTSOCK / ENOTCONN / EBADF / EOPNOTSUPP.  A connection
- * whose handshake is still undecided is decided first.
+ * SMCLO_VIA_COPY; or -1 with errno EBADF, ENOTSOCK, ENOTCONN, EOPNOTSUPP.
+ * A connection whose handshake is still undecided is decided first.
  */
 int smclo_via(int fd);
 

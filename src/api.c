@@ -56,11 +56,18 @@ static pthread_key_t holds_key;
 static pthread_once_t holds_once = PTHREAD_ONCE_INIT;
 static _Thread_local struct hold *holds;
 
+/*
+ * The thread exits: what it still holds is given up (a claim aborted, a
+ * peek released), or the next thread to get its thread-local address would
+ * look like the holder.
+ */
 static void holds_free(void *p)
 {
 	struct hold *h = p;
 
 	for (int i = 0; i < HOLDS_MAX; i++) {
+		if (h[i].c && h[i].pid == sys_getpid())
+			io_release_mine(h[i].c);
 		if (h[i].c)
 			conn_put(h[i].c);
 		free(h[i].stage);
@@ -311,7 +318,7 @@ EXPORT int smclo_send_commit(int fd, size_t n, int flags)
 	struct hold *h = hold_find(fd, TX);
 	int r = 0;
 
-	if (!h || n > h->len || (flags & ~SMCLO_DONTWAIT))
+	if (!h || n > h->len || flags)
 		return fail(EINVAL);
 	if (!h->c)
 		r = commit_copy(h, fd, n);

@@ -24,6 +24,7 @@
  *   full     a server that does not read: claims with SMCLO_DONTWAIT end in
  *            EAGAIN; then it reads all of it
  *   close    a thread closes while holding a claim and a peek: no hang
+ *   thread-exit  a thread exits holding a claim: given up, nothing sent
  *   killed-reader  the server dies (SIGKILL) holding a peek while the client
  *            waits in a claim of a full stream: EPIPE or ECONNRESET
  *   killed-writer  the client dies holding a claim while the server waits
@@ -36,6 +37,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -525,6 +527,36 @@ static void killed_writer_server(int fd)
 	printf("ok end=%s\n", n == 0 ? "eof" : "reset");
 }
 
+/* A thread claims and exits without committing: its claim is given up, and
+ * nothing of it is sent; the others write on. */
+static void *claim_and_exit(void *arg)
+{
+	struct smclo_span s;
+	int fd = *(int *)arg;
+
+	if (smclo_send_claim(fd, 100, &s, 0) < 100)
+		return (void *)1;
+	memset(s.iov[0].iov_base, 0xee, s.iov[0].iov_len);
+	return NULL;
+}
+
+static void thread_exit_client(int fd)
+{
+	pthread_t t;
+	void *r;
+	uint8_t b[10];
+	int via;
+
+	CHECK(pthread_create(&t, NULL, claim_and_exit, &fd) == 0, "pthread_create");
+	CHECK(pthread_join(t, &r) == 0 && r == NULL, "the claiming thread");
+	send_claimed(fd, 50, &via);
+	for (int i = 0; i < 10; i++)
+		b[i] = pattern(wpos++);
+	write_all(fd, b, sizeof(b));
+	CHECK(shutdown(fd, SHUT_WR) == 0, "shutdown");
+	printf("ok via=%s\n", via_name(via));
+}
+
 struct scenario {
 	const char *name;
 	void (*client)(int fd);
@@ -542,6 +574,7 @@ static const struct scenario scenarios[] = {
 	{ "close", close_client, close_server },
 	{ "killed-reader", killed_reader_client, killed_reader_server },
 	{ "killed-writer", killed_writer_client, killed_writer_server },
+	{ "thread-exit", thread_exit_client, drain_server },
 };
 
 static int listen_on(const char *host, int port)
