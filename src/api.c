@@ -17,6 +17,7 @@
  * claim holds, and goes on after the commit).
  */
 #include "smclo.h"
+#include "fdtab.h"
 
 #include "handshake.h"
 #include "interpose.h"
@@ -40,7 +41,6 @@
 #define STAGE_DEFAULT (64u << 10)       /* a TCP claim's or peek's staging, at least */
 
 enum dir { TX, RX };
-#define SEND 1
 
 struct hold {
 	int fd;                 /* -1: free slot */
@@ -234,6 +234,50 @@ static int nonblocking(int fd)
 	return fl >= 0 && (fl & O_NONBLOCK);
 }
 
+int smclo_send_abort(int fd);
+int smclo_recv_consume(int fd, size_t n);
+
+/*
+ * Begin a claim (TX) or peek (RX) of the thread on @fd: its previous one
+ * there ends (a second claim replaces the first, a second peek looks
+ * again), the connection is looked up (*@cp, referenced; NULL for the copy
+ * path) and a slot taken (*@hp).  0, or -errno.
+ */
+static int hold_begin(int fd, enum dir dir, struct hold **hp, struct conn **cp)
+{
+	int err;
+
+	if (hold_find(fd, dir)) {
+		if (dir == TX)
+			smclo_send_abort(fd);
+		else
+			smclo_recv_consume(fd, 0);
+	}
+	*cp = api_conn(fd, dir == TX, &err);
+	if (!*cp && err)
+		return -err;
+	if (!(*hp = hold_new(fd, dir))) {
+		if (*cp)
+			conn_put(*cp);
+		return -ENOBUFS;
+	}
+	return 0;
+}
+
+/* The claim or peek begun in @h came out as @r bytes (> 0: held), 0 or -errno. */
+static ssize_t hold_settle(struct hold *h, struct conn *c, ssize_t r)
+{
+	if (r <= 0) {
+		if (c)
+			conn_put(c);
+		h->fd = -1;
+		return r < 0 ? fail((int)-r) : 0;
+	}
+	h->c = c;
+	h->len = (size_t)r;
+	return r;
+}
+
 /* ---- sending ------------------------------------------------------------ */
 
 /* A claim of the TCP path: the staging memory, if the socket can take bytes. */
@@ -257,21 +301,13 @@ EXPORT ssize_t smclo_send_claim(int fd, size_t min, struct smclo_span *span, int
 	struct hold *h;
 	struct conn *c;
 	struct iovec iov[2];
-	int err, dontwait = flags & SMCLO_DONTWAIT;
+	int dontwait = flags & SMCLO_DONTWAIT;
 	ssize_t r;
 
 	if (!span || (flags & ~SMCLO_DONTWAIT))
 		return fail(EINVAL);
-	if ((h = hold_find(fd, TX)))
-		smclo_send_abort(fd);   /* a second claim replaces the first */
-	c = api_conn(fd, SEND, &err);
-	if (!c && err)
-		return fail(err);
-	if (!(h = hold_new(fd, TX))) {
-		if (c)
-			conn_put(c);
-		return fail(ENOBUFS);
-	}
+	if ((r = hold_begin(fd, TX, &h, &c)) < 0)
+		return fail((int)-r);
 	if (!c) {
 		r = claim_copy(h, fd, min, span, dontwait || nonblocking(fd));
 	} else {
@@ -281,15 +317,7 @@ EXPORT ssize_t smclo_send_claim(int fd, size_t min, struct smclo_span *span, int
 		if (r > 0)
 			span_of_ring(span, iov, (size_t)r);
 	}
-	if (r < 0) {
-		if (c)
-			conn_put(c);
-		h->fd = -1;
-		return fail((int)-r);
-	}
-	h->c = c;
-	h->len = (size_t)r;
-	return r;
+	return hold_settle(h, c, r);
 }
 
 /* Send all @n staged bytes, waiting for socket space as a blocking send would. */
@@ -417,21 +445,13 @@ EXPORT ssize_t smclo_recv_peek(int fd, size_t min, struct smclo_span *span, int 
 	struct hold *h;
 	struct conn *c;
 	struct iovec iov[2];
-	int err, dontwait = flags & SMCLO_DONTWAIT;
+	int dontwait = flags & SMCLO_DONTWAIT;
 	ssize_t r;
 
 	if (!span || (flags & ~SMCLO_DONTWAIT))
 		return fail(EINVAL);
-	if (hold_find(fd, RX))
-		smclo_recv_consume(fd, 0);      /* look again */
-	c = api_conn(fd, !SEND, &err);
-	if (!c && err)
-		return fail(err);
-	if (!(h = hold_new(fd, RX))) {
-		if (c)
-			conn_put(c);
-		return fail(ENOBUFS);
-	}
+	if ((r = hold_begin(fd, RX, &h, &c)) < 0)
+		return fail((int)-r);
 	if (!c) {
 		r = peek_copy(h, fd, min ? min : 1, span, dontwait || nonblocking(fd));
 	} else {
@@ -439,17 +459,9 @@ EXPORT ssize_t smclo_recv_peek(int fd, size_t min, struct smclo_span *span, int 
 		if (r > 0)
 			span_of_ring(span, iov, (size_t)r);
 	}
-	if (r <= 0) {
-		if (c)
-			conn_put(c);
-		h->fd = -1;
-		if (r == 0)
-			*span = (struct smclo_span){ .via = c ? SMCLO_VIA_RING : SMCLO_VIA_COPY };
-		return r < 0 ? fail((int)-r) : 0;
-	}
-	h->c = c;
-	h->len = (size_t)r;
-	return r;
+	if (r == 0)             /* the end of the stream: an empty span */
+		*span = (struct smclo_span){ .via = c ? SMCLO_VIA_RING : SMCLO_VIA_COPY };
+	return hold_settle(h, c, r);
 }
 
 /* Take @n bytes the peek saw off the socket's queue (they are there). */
@@ -488,7 +500,7 @@ EXPORT int smclo_recv_consume(int fd, size_t n)
 EXPORT int smclo_via(int fd)
 {
 	int err;
-	struct conn *c = api_conn(fd, SEND, &err);
+	struct conn *c = api_conn(fd, 1, &err);
 
 	if (c) {
 		conn_put(c);

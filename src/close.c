@@ -8,6 +8,7 @@
  * byte we wrote and then EOF or ECONNRESET.
  */
 #include "io.h"
+#include "fdtab.h"
 
 #include "deferred.h"
 #include "inbox.h"

@@ -17,6 +17,7 @@
  * its descriptors with getdents64 on /proc/self/fd.
  */
 #include "handover.h"
+#include "fdtab.h"
 
 #include "elfinfo.h"
 

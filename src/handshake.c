@@ -45,6 +45,7 @@
  * (peerid.h), never by a pid another process wrote.
  */
 #include "handshake.h"
+#include "fdtab.h"
 
 #include "clc.h"
 #include "config.h"
@@ -695,7 +696,7 @@ static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
 	fd_add_flags(cl->fd, FDF_PENDING);
 	DBG("connect fd %d: offer pending", cl->fd);
 	/* a pending connection holds three descriptors: where they are short
-	 * (conn.h, fd_budget_small), decide now and keep one */
+	 * (fdtab.h, fd_budget_small), decide now and keep one */
 	if (fd_budget_small)
 		hs_resolve(cl->fd, c, 0);
 	conn_put(c);

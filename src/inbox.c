@@ -23,6 +23,7 @@
  * the one inbox it was connected to, whatever pid the registry names.
  */
 #include "inbox.h"
+#include "fdtab.h"
 
 #include "config.h"
 #include "conn.h"

@@ -5,6 +5,7 @@
  * copy, never across a system call (as in deferred.c).
  */
 #include "pairs.h"
+#include "fdtab.h"
 
 #include "conn.h"
 #include "io.h"

@@ -23,6 +23,7 @@
  * end of file.  The sender's own descriptor is never touched.
  */
 #include "passfd.h"
+#include "fdtab.h"
 
 #include "config.h"
 #include "conn.h"

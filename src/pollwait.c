@@ -14,6 +14,7 @@
  * the kernel implements it too.
  */
 #include "pollwait.h"
+#include "fdtab.h"
 
 #include "conn.h"
 #include "io.h"

@@ -13,6 +13,7 @@
  * and watch the rings for a moment before sleeping.
  */
 #include "config.h"
+#include "fdtab.h"
 #include "conn.h"
 #include "deferred.h"
 #include "handover.h"
@@ -240,7 +241,7 @@ EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
 	return real_setresuid(ruid, euid, suid);
 }
 
-/* A program that lowers its descriptor limit (conn.h, fd_budget_small). */
+/* A program that lowers its descriptor limit (fdtab.h, fd_budget_small). */
 EXPORT int setrlimit(__rlimit_resource_t res, const struct rlimit *rl)
 {
 	REAL(setrlimit);

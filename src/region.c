@@ -8,6 +8,7 @@
  * close, so a mutex and a linear walk are all it needs.
  */
 #include "region.h"
+#include "fdtab.h"
 
 #include "conn.h"
 #include "forkguard.h"

@@ -15,6 +15,7 @@
  * again by a scan once the free list runs dry.
  */
 #include "conn.h"
+#include "fdtab.h"
 
 #include "forkguard.h"
 #include "sys.h"

@@ -12,6 +12,7 @@
  * send buffer is the doorbell budget.
  */
 #include "sockopt.h"
+#include "fdtab.h"
 
 #include "io.h"
 #include "sys.h"

@@ -103,7 +103,7 @@ void stats_table_note_fork(void);
 void stats_table_remove_at_exit(int dirfd);
 /*
  * The layer above keeps the descriptors it marks as its own from the
- * program's close() loops (conn.c, fd_hide): the table's lock descriptor
+ * program's close() loops (fdtab.c, fd_hide): the table's lock descriptor
  * goes through @keep, which returns the descriptor to hold from then on.
  */
 void stats_set_fd_keeper(int (*keep)(int fd));

@@ -56,6 +56,7 @@
  * SPIN_NS), so a close or epoll_ctl from another thread waits at most that.
  */
 #include "watch.h"
+#include "fdtab.h"
 
 #include "conn.h"
 #include "io.h"

@@ -42,7 +42,7 @@ core="src/proto/ring.c src/proto/clc.c src/proto/reason.c src/proto/config.c
 extra_sources() {
 	case $1 in
 	fuzz_ring)   echo "src/rx.c src/tx.c src/bell.c" ;;
-	fuzz_region) echo "src/region.c src/conn.c src/shared.c" ;;
+	fuzz_region) echo "src/region.c src/conn.c src/fdtab.c src/shared.c" ;;
 	esac
 }
 

@@ -1,0 +1,144 @@
+/*
+ * fdtab.h - the descriptor table: what each descriptor number of the
+ * process is to smclo (a connection, a socket it watches, one of its own
+ * hidden descriptors), and the descriptor budget.
+ *
+ * The preload shim's view of the process, kept apart from the connection
+ * itself (conn.h): the data path (io.h) works on a struct conn and never
+ * looks a descriptor up.
+ */
+#ifndef SMCLO_FDTAB_H
+#define SMCLO_FDTAB_H
+
+#include "conn.h"
+
+/* Per-descriptor knowledge about sockets that are not (yet) connections. */
+#define FDF_TCP        1u   /* an AF_INET/AF_INET6 stream socket we saw created */
+#define FDF_SMC        2u   /* created as AF_SMC */
+#define FDF_LISTENING  4u   /* registered as a listener */
+#define FDF_KNOWN      8u   /* flags above are authoritative */
+#define FDF_EPOLL     16u   /* an epoll instance (watch.c) */
+#define FDF_WATCHED   32u   /* registered in an epoll set watch.c tracks */
+#define FDF_NESTED    64u   /* an epoll instance inside another one */
+#define FDF_PENDING  128u   /* a connection whose handshake is not decided yet */
+#define FDF_PARKED   256u   /* a registration of it was parked in some set once (watch.c) */
+#define FDF_INET6    512u   /* with FDF_KNOWN: an AF_INET6 socket (else AF_INET) */
+#define FDF_DIRECT  1024u   /* a listener taking connections without TCP (handshake.c) */
+#define FDF_NO_DIRECT 2048u /* a listener that never will (hs_listener_no_direct) */
+#define FDF_TIMEOUTS 4096u  /* SO_RCVTIMEO/SO_SNDTIMEO may be set: ask the kernel (sockopt.c) */
+
+/*
+ * A small descriptor limit (RLIMIT_NOFILE below 512): a connection that
+ * holds more descriptors than a TCP one would make the program run out
+ * where TCP would not (50 connections under a limit of 64).  Then
+ * connections go lean (conn_go_lean): the doorbell socket is all they hold.
+ */
+extern int fd_budget_small;
+extern int fd_soft_limit;      /* RLIMIT_NOFILE's soft limit, as last seen */
+/*
+ * Set at the first fork: another process may now set options on sockets
+ * this one made, so what the descriptor table knows of them (FDF_TIMEOUTS)
+ * is no longer the whole story.
+ */
+extern _Atomic int fd_options_shared;
+
+/*
+ * The descriptor table (conn.c): one entry per descriptor number.  The two
+ * lookups every wrapper makes are inline, so a plain descriptor costs a
+ * bounds check and a load, with no call.
+ */
+struct fd_entry {
+	_Atomic(struct conn *) conn;
+	_Atomic uint16_t flags;
+	_Atomic uint16_t kernel_accepts;        /* threads in accept()'s kernel wait (handshake.c) */
+	int listen_lock;                /* lock fd of our listener entry, +1 (0 = none) */
+	/* epoll sets a not yet connected TCP socket was added to (preload.c,
+	 * epoll_ctl): its connection stays on TCP (R_EPOLL_EARLY) */
+	_Atomic uint16_t epoll_early;
+	/* a descriptor of smclo's own (fd_hide): the file it names (see fd_is_ours) */
+	_Atomic uint64_t ours_ino;
+	_Atomic uint32_t ours_dev;
+};
+extern struct fd_entry *fdtab;
+extern int fdtab_size;
+
+int fdtab_init(void);
+/* RLIMIT_NOFILE may have changed: place hidden descriptors, and budget, anew. */
+void fd_limit_changed(void);
+
+static inline struct fd_entry *fd_entry(int fd)
+{
+	return (fdtab && fd >= 0 && fd < fdtab_size) ? &fdtab[fd] : NULL;
+}
+
+static inline uint16_t fd_flags(int fd)
+{
+	struct fd_entry *e = fd_entry(fd);
+
+	return e ? atomic_load_explicit(&e->flags, memory_order_relaxed) : 0;
+}
+
+void fd_set_flags(int fd, uint16_t flags);
+/* Count an epoll registration of the not yet connected socket @fd (+1, -1;
+ * 0: forget them all, the descriptor is closed). */
+void fd_epoll_early(int fd, int delta);
+static inline int fd_epoll_early_count(int fd)
+{
+	struct fd_entry *e = fd_entry(fd);
+
+	return e ? atomic_load_explicit(&e->epoll_early, memory_order_relaxed) : 0;
+}
+void fd_add_flags(int fd, uint16_t flags);
+void fd_set_listen_lock(int fd, int lockfd);
+int fd_take_listen_lock(int fd);
+/* Call @fn for every descriptor that holds a listener entry. */
+void fd_for_each_listener(void (*fn)(int fd));
+
+/* The connection behind @fd with a reference held, or NULL. */
+struct conn *conn_get(int fd);
+void conn_put(struct conn *c);
+/* Quick test without a reference, for the pass-through fast path. */
+static inline int fd_has_conn(int fd)
+{
+	struct fd_entry *e = fd_entry(fd);
+
+	return e && atomic_load_explicit(&e->conn, memory_order_acquire) != NULL;
+}
+
+/*
+ * Under a small descriptor budget, once @c is set up: close its hidden TCP
+ * socket (names from the handshake, options on a socket made on demand, as
+ * for a direct connection) and the region descriptor it keeps (no reuse,
+ * no exec handover for it).
+ */
+void conn_go_lean(struct conn *c);
+/* Name @fd as a holder of @c (takes a reference). */
+void conn_bind_fd(struct conn *c, int fd);
+/* Forget @fd; returns its connection (reference transferred) or NULL. */
+struct conn *conn_unbind_fd(int fd);
+/* No descriptor above this number was ever known to the table. */
+int fd_table_high(void);
+/* Visit every bound descriptor (used by fork and exec handling). */
+void conn_for_each_fd(void (*fn)(int fd, struct conn *c, void *arg), void *arg);
+/* Move @fd above the application's range, close-on-exec; returns new fd. */
+int fd_hide(int fd);
+/* The same, keeping @fd open. */
+int fd_dup_hidden(int fd);
+/*
+ * Is @fd one of smclo's own descriptors (made by fd_hide or fd_dup_hidden)
+ * and still open?  A program's close() loop, close_range() or closefrom()
+ * must leave those alone: a daemon or an inetd child closing "everything"
+ * before exec would otherwise take the registry, a connection's state and
+ * its TCP socket from under smclo (its hand-over then fails), and a number
+ * the kernel hands out again would be closed by smclo later.
+ */
+int fd_is_ours(int fd);
+/* The first descriptor in [@from, @last] marked ours (fd_is_ours then tells
+ * whether it still is), or -1. */
+int fd_next_ours(unsigned from, unsigned last);
+/* smclo is about to move or close @fd itself: it is no longer ours. */
+void fd_forget_ours(int fd);
+/* Whether @fd is above the application's range (the move can fall short). */
+int fd_is_hidden(int fd);
+
+#endif
