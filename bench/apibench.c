@@ -99,7 +99,7 @@ static void put(int fd, uint8_t v, size_t n)
 				memset(s.iov[i].iov_base, v, m);
 				done += (int)m;
 			}
-			if (smclo_send_commit(fd, k, 0) < 0)
+			if (smclo_send_commit(fd, k, 0) != (ssize_t)k)
 				die("commit");
 			n -= k;
 		} else {
@@ -294,7 +294,7 @@ static void client_stream(int fd, int framed, double secs)
 							((uint8_t *)s.iov[j].iov_base)[at] = i < 4 ? h[i] : v;
 						}
 					}
-					if (smclo_send_commit(fd, 4 + size, 0) < 0)
+					if (smclo_send_commit(fd, 4 + size, 0) != (ssize_t)(4 + size))
 						die("commit");
 				} else {
 					memcpy(buf, h, 4);

@@ -51,7 +51,7 @@ static void *sender(void *arg)
 			for (size_t j = 0; j < s.iov[i].iov_len && done < n; j++, done++)
 				p[j] = byte_at(off + (uint64_t)done);
 		}
-		if (smclo_send_commit(fd, (size_t)n, 0) < 0) {
+		if (smclo_send_commit(fd, (size_t)n, 0) != n) {
 			perror("bulk_sender: commit");
 			exit(1);
 		}

@@ -60,7 +60,7 @@ static int serve(int fd)
 		if (room < n)
 			n = room;       /* the rest stays for the next round */
 		copy_span(&out, &in, (size_t)n);
-		if (smclo_send_commit(fd, (size_t)n, 0) < 0 || smclo_recv_consume(fd, (size_t)n) < 0)
+		if (smclo_send_commit(fd, (size_t)n, 0) != n || smclo_recv_consume(fd, (size_t)n) < 0)
 			return -1;
 	}
 	return n < 0 ? -1 : 0;

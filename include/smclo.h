@@ -34,8 +34,13 @@
  * A claim or peek belongs to the thread that made it; a fork child does not
  * inherit it, and a thread that exits gives it up.  Closing or shutting
  * down the descriptor gives up the closing thread's own claim and peek.
- * On TCP a claim holds nothing of the connection: another thread's send()
- * goes before the commit's bytes.
+ * A claim or peek and its commit or consume name the same descriptor
+ * number.  While one thread holds a direction, another thread's close() or
+ * shutdown() of the connection waits for the commit or consume, and its
+ * calls that may not wait (SMCLO_DONTWAIT, a non-blocking descriptor) get
+ * EAGAIN.  On TCP a claim or peek holds nothing of the connection: another
+ * thread's send() goes before the commit's bytes, and two threads peeking
+ * one descriptor must take turns themselves.
  *
  * Errors: every function returns -1 and sets errno on failure, as socket
  * calls do.  A bad argument is EINVAL, never a crash.
@@ -87,15 +92,21 @@ ssize_t smclo_send_claim(int fd, size_t min, struct smclo_span *span, int flags)
 /*
  * Publish the first @n bytes of this thread's claim on @fd (n <= the
  * claim's len; 0 publishes nothing) and end the claim; @flags is 0.  On a
- * ring the bytes are the peer's at once; on TCP they are sent in full
- * before the call returns (waiting for socket space if need be).  Never
- * raises SIGPIPE.  Returns 0, or -1 with errno:
- *   EINVAL        no claim of this thread on @fd, @n larger than it, or
- *                 @flags not 0 (the claim stays)
- *   EPIPE, ECONNRESET   TCP: the peer went away (how much was sent is not
- *                 known, as for send()); a ring: this thread closed @fd
+ * ring the bytes are the peer's at once.  On TCP they are sent as send()
+ * would send them: all of them, waiting for socket space - but a
+ * non-blocking socket, an expired SO_SNDTIMEO or a signal without
+ * SA_RESTART can stop it part way, and then the count sent is returned, as
+ * send() returns it (a claim of the probe form, SMCLO_DONTWAIT, is only as
+ * large as the socket can take at once).  Never raises SIGPIPE.  Returns
+ * the bytes published, or -1 with errno:
+ *   EINVAL        no claim of this thread on @fd (never made, ended, or
+ *                 made on a descriptor since closed or reused), @n larger
+ *                 than it, or @flags not 0 (the claim then stays)
+ *   EPIPE, ECONNRESET   the peer went away (TCP), or this thread shut
+ *                 down writing meanwhile
+ *   EAGAIN, EINTR as above, before a byte was sent (TCP)
  */
-int smclo_send_commit(int fd, size_t n, int flags);
+ssize_t smclo_send_commit(int fd, size_t n, int flags);
 
 /* End this thread's claim on @fd without publishing.  0, or -1/EINVAL. */
 int smclo_send_abort(int fd);
@@ -125,7 +136,10 @@ ssize_t smclo_recv_peek(int fd, size_t min, struct smclo_span *span, int flags);
 /*
  * Consume the first @n bytes of this thread's peek on @fd (n <= its len; 0
  * consumes nothing) and end the peek.  Returns 0, or -1 with errno EINVAL
- * (no peek of this thread on @fd, or @n larger than it; the peek stays).
+ * (no peek of this thread on @fd - never made, ended, or made on a
+ * descriptor since closed or reused - or @n larger than it; the peek then
+ * stays), or on TCP what recv() says when the bytes are gone (another
+ * thread read them).
  */
 int smclo_recv_consume(int fd, size_t n);
 

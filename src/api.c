@@ -28,10 +28,12 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #ifndef SMCLO_LIB_VERSION
 #define SMCLO_LIB_VERSION "unknown"      /* CMakeLists.txt sets it; tools/lint.sh does not */
@@ -44,6 +46,8 @@ enum dir { TX, RX };
 
 struct hold {
 	int fd;                 /* -1: free slot */
+	dev_t dev;              /* the file @fd named when the hold began (the */
+	ino_t ino;              /* copy path's identity check, hold_names) */
 	pid_t pid;              /* a fork child's copy of the table is not its own */
 	enum dir dir;
 	struct conn *c;         /* referenced; NULL: the TCP path */
@@ -73,6 +77,7 @@ static void holds_free(void *p)
 		free(h[i].stage);
 	}
 	free(h);
+	holds = NULL;   /* a later destructor that uses the API makes a new table */
 }
 
 static void holds_key_make(void)
@@ -84,16 +89,51 @@ static void holds_key_make(void)
 
 static void hold_end(struct hold *h);
 
-/* This thread's hold of @dir on @fd, or NULL.  Holds a fork child finds in
- * its copy of the table are its parent's: forgotten. */
+/*
+ * Does @h's descriptor still name what the hold began on?  A close (of the
+ * number, or of the last descriptor), a dup2 over it, or a new socket given
+ * the same number make a hold stale: its commit or consume must not reach
+ * another connection.  A connection's hold asks the descriptor table (no
+ * system call); the copy path compares the file's identity.
+ */
+static int hold_names(const struct hold *h)
+{
+	struct stat st;
+
+	if (h->c) {
+		struct fd_entry *e = fd_entry(h->fd);
+		return e && atomic_load_explicit(&e->conn, memory_order_relaxed) == h->c;
+	}
+	return fstat(h->fd, &st) == 0 && st.st_dev == h->dev && st.st_ino == h->ino;
+}
+
+/* Forget a hold that no longer names its connection (or is a fork parent's),
+ * giving back the lock it may still keep. */
+static void hold_drop_stale(struct hold *h)
+{
+	if (h->c && h->pid == sys_getpid()) {
+		if (h->dir == TX && io_hold_mine(&h->c->tx_hold))
+			tx_abort(h->c);
+		else if (h->dir == RX && io_hold_mine(&h->c->rx_hold))
+			rx_release(h->c);
+	}
+	hold_end(h);
+}
+
+static int hold_stale(const struct hold *h)
+{
+	return h->fd >= 0 && (h->pid != sys_getpid() || !hold_names(h));
+}
+
+/* This thread's hold of @dir on @fd, or NULL (stale ones are forgotten). */
 static struct hold *hold_find(int fd, enum dir dir)
 {
-	for (int i = 0; holds && i < HOLDS_MAX; i++) {
-		if (holds[i].fd >= 0 && holds[i].pid != sys_getpid())
-			hold_end(&holds[i]);
-		if (holds[i].fd == fd && holds[i].dir == dir)
-			return &holds[i];
-	}
+	for (int i = 0; holds && i < HOLDS_MAX; i++)
+		if (holds[i].fd == fd && holds[i].dir == dir) {
+			if (!hold_stale(&holds[i]))
+				return &holds[i];
+			hold_drop_stale(&holds[i]);
+		}
 	return NULL;
 }
 
@@ -109,16 +149,17 @@ static struct hold *hold_new(int fd, enum dir dir)
 			holds[i].fd = -1;
 		pthread_setspecific(holds_key, holds);
 	}
-	for (int i = 0; i < HOLDS_MAX; i++)
-		if (holds[i].fd < 0 || holds[i].pid != sys_getpid()) {
-			if (holds[i].fd >= 0)
-				hold_end(&holds[i]);
+	for (int i = 0; i < HOLDS_MAX; i++) {
+		if (hold_stale(&holds[i]))
+			hold_drop_stale(&holds[i]);
+		if (holds[i].fd < 0) {
 			holds[i].fd = fd;
 			holds[i].pid = sys_getpid();
 			holds[i].dir = dir;
 			holds[i].len = 0;
 			return &holds[i];
 		}
+	}
 	return NULL;
 }
 
@@ -275,25 +316,53 @@ static ssize_t hold_settle(struct hold *h, struct conn *c, ssize_t r)
 	}
 	h->c = c;
 	h->len = (size_t)r;
+	if (!c) {
+		struct stat st;         /* what hold_names checks at the commit or consume */
+
+		if (fstat(h->fd, &st) == 0) {
+			h->dev = st.st_dev;
+			h->ino = st.st_ino;
+		}
+	}
 	return r;
 }
 
 /* ---- sending ------------------------------------------------------------ */
 
-/* A claim of the TCP path: the staging memory, if the socket can take bytes. */
+/*
+ * A claim of the TCP path: the thread's staging memory.  One that may not
+ * wait (the probe form, or a non-blocking socket) is given no more than the
+ * socket can take now - the kernel's buffer less what is queued in it - so
+ * that its commit does not wait either.
+ */
 static ssize_t claim_copy(struct hold *h, int fd, size_t min, struct smclo_span *span,
                           int dontwait)
 {
+	size_t len;
 	int r;
 
 	if (min > SMCLO_STAGE_MAX)
 		return -EMSGSIZE;
-	if (dontwait && (r = wait_for(fd, POLLOUT, 0)) <= 0)
-		return r < 0 ? r : -EAGAIN;
 	if ((r = stage_reserve(h, min)) < 0)
 		return r;
-	span_of_stage(span, h, h->cap);
-	return (ssize_t)h->cap;
+	len = h->cap;
+	if (dontwait) {
+		int sndbuf = 0, queued = 0;
+		socklen_t l = sizeof(sndbuf);
+		size_t room;
+
+		if (sys_getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &l) < 0 ||
+		    ioctl(fd, SIOCOUTQ, &queued) < 0)
+			return -errno;
+		/* SO_SNDBUF reads back doubled, for the kernel's overhead */
+		room = sndbuf / 2 > queued ? (size_t)(sndbuf / 2 - queued) : 0;
+		if (room < (min ? min : 1))
+			return -EAGAIN;
+		if (room < len)
+			len = room;
+	}
+	span_of_stage(span, h, len);
+	return (ssize_t)len;
 }
 
 EXPORT ssize_t smclo_send_claim(int fd, size_t min, struct smclo_span *span, int flags)
@@ -320,31 +389,53 @@ EXPORT ssize_t smclo_send_claim(int fd, size_t min, struct smclo_span *span, int
 	return hold_settle(h, c, r);
 }
 
-/* Send all @n staged bytes, waiting for socket space as a blocking send would. */
-static int commit_copy(struct hold *h, int fd, size_t n)
+/* SO_SNDTIMEO or SO_RCVTIMEO (@opt) of @fd in ms, -1 for none. */
+static int sock_timeout_ms(int fd, int opt)
 {
+	struct timeval tv = { 0 };
+	socklen_t l = sizeof(tv);
+
+	if (sys_getsockopt(fd, SOL_SOCKET, opt, &tv, &l) < 0 || (!tv.tv_sec && !tv.tv_usec))
+		return -1;
+	return (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
+}
+
+/*
+ * Send the @n staged bytes as a send() of them would: all of them, waiting
+ * for socket space - but on a non-blocking socket, when SO_SNDTIMEO expires,
+ * or when a signal without SA_RESTART comes, the count sent so far (or
+ * -EAGAIN / -EINTR if none), as send() returns it.
+ */
+static ssize_t commit_copy(struct hold *h, int fd, size_t n)
+{
+	int nonblock = nonblocking(fd), timeo = -1;
 	size_t done = 0;
 
 	while (done < n) {
 		ssize_t w = sys_send(fd, h->stage + done, n - done, MSG_NOSIGNAL);
+		int r;
 
 		if (w > 0) {
 			done += (size_t)w;
-		} else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			int r = wait_for(fd, POLLOUT, -1);
-			if (r < 0 && r != -EINTR)
-				return r;
-		} else if (w < 0 && errno != EINTR) {
-			return -errno;
+			continue;
 		}
+		if (errno == EINTR && bell_signals_restart())
+			continue;
+		if ((errno != EAGAIN && errno != EWOULDBLOCK) || nonblock)
+			return done ? (ssize_t)done : -errno;
+		if (timeo == -1)
+			timeo = sock_timeout_ms(fd, SO_SNDTIMEO);
+		r = wait_for(fd, POLLOUT, timeo);
+		if (r == 0 || (r == -EINTR && !bell_signals_restart()))
+			return done ? (ssize_t)done : (r ? r : -EAGAIN);
 	}
-	return 0;
+	return (ssize_t)n;
 }
 
-EXPORT int smclo_send_commit(int fd, size_t n, int flags)
+EXPORT ssize_t smclo_send_commit(int fd, size_t n, int flags)
 {
 	struct hold *h = hold_find(fd, TX);
-	int r = 0;
+	ssize_t r = (ssize_t)n;
 
 	if (!h || n > h->len || flags)
 		return fail(EINVAL);
@@ -353,9 +444,9 @@ EXPORT int smclo_send_commit(int fd, size_t n, int flags)
 	else if (io_hold_mine(&h->c->tx_hold))
 		tx_commit(h->c, fd, n);
 	else
-		r = -EPIPE;             /* this thread closed the connection meanwhile */
+		r = -EPIPE;             /* given up by this thread's shutdown(SHUT_WR) */
 	hold_end(h);
-	return r < 0 ? fail(-r) : 0;
+	return r < 0 ? fail((int)-r) : r;
 }
 
 EXPORT int smclo_send_abort(int fd)
@@ -396,24 +487,34 @@ static int peer_done(int fd)
  */
 #define PEEK_SLACK (1u << 20)
 
-static void rcvbuf_grow(int fd, size_t min)
+/* 0, or -EMSGSIZE when the buffer cannot be made to hold @min bytes (a
+ * program fixed it with SO_RCVBUF, which turns the kernel's sizing off). */
+static int rcvbuf_grow(int fd, size_t min)
 {
-	int v = (int)(min + PEEK_SLACK), cur = 1;
+	int v = (int)(min + PEEK_SLACK), cur = 1, buf = 0;
 	socklen_t l = sizeof(cur);
 
 	if (sys_getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &cur, &l) == 0 && cur < v &&
 	    sys_setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) == 0)
 		sys_setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &cur, sizeof(cur));
+	l = sizeof(buf);
+	/* about half of the buffer is for payload: what TCP advertises */
+	if (sys_getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, &l) == 0 && (size_t)buf / 2 < min)
+		return -EMSGSIZE;
+	return 0;
 }
 
 /*
  * A peek of the TCP path: copy what the socket holds (at least @min, which
- * MSG_WAITALL waits for unless the stream ends) without taking it.
+ * MSG_WAITALL waits for unless the stream ends) without taking it.  A short
+ * count from a waiting peek is a signal (looked again at if its handler has
+ * SA_RESTART, else EINTR) or SO_RCVTIMEO (EAGAIN).
  */
 static ssize_t peek_copy(struct hold *h, int fd, size_t min, struct smclo_span *span,
                          int dontwait)
 {
-	int avail = 0, r;
+	int avail = 0, r, timeo = -2;
+	long long start = mono_now_ms();
 	size_t want;
 	ssize_t n;
 
@@ -426,16 +527,23 @@ static ssize_t peek_copy(struct hold *h, int fd, size_t min, struct smclo_span *
 		want = SMCLO_STAGE_MAX;
 	if ((r = stage_reserve(h, want)) < 0)
 		return r;
-	if (!dontwait && (size_t)avail < min)
-		rcvbuf_grow(fd, min);
-	do {
-		n = sys_recv(fd, h->stage, want,
-		             MSG_PEEK | (dontwait ? MSG_DONTWAIT : MSG_WAITALL));
-	} while (n < 0 && errno == EINTR && !dontwait && bell_signals_restart());
-	if (n < 0)
-		return -errno;
-	if (n > 0 && (size_t)n < min && !peer_done(fd))
-		return -EAGAIN;         /* a timeout, or dontwait with too few */
+	if (!dontwait && (size_t)avail < min && (r = rcvbuf_grow(fd, min)) < 0)
+		return r;
+	for (;;) {
+		n = sys_recv(fd, h->stage, want, MSG_PEEK | (dontwait ? MSG_DONTWAIT : MSG_WAITALL));
+		if (n < 0 && (errno != EINTR || dontwait || !bell_signals_restart()))
+			return -errno;
+		if (n == 0 || (size_t)n >= min || peer_done(fd))
+			break;
+		if (n > 0 && dontwait)
+			return -EAGAIN;         /* too few now */
+		if (timeo == -2)
+			timeo = sock_timeout_ms(fd, SO_RCVTIMEO);
+		if (timeo >= 0 && mono_now_ms() - start >= timeo)
+			return -EAGAIN;
+		if (n > 0 && !bell_signals_restart())
+			return -EINTR;
+	}
 	span_of_stage(span, h, (size_t)n);
 	return n;
 }
@@ -491,6 +599,8 @@ EXPORT int smclo_recv_consume(int fd, size_t n)
 		r = consume_copy(fd, n);
 	else if (io_hold_mine(&h->c->rx_hold))
 		rx_consume(h->c, fd, n);
+	else
+		r = -EPIPE;             /* given up meanwhile (the peek is not ours) */
 	hold_end(h);
 	return r < 0 ? fail(-r) : 0;
 }

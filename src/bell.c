@@ -143,11 +143,22 @@ void bell_wake_sleeper(struct conn *c)
  * restart only if every handler installed has it; otherwise the read fails
  * with EINTR as it would have for that signal.
  */
+/* Raised by a fault of the thread itself, so never while it sleeps in a
+ * system call; sanitizers and crash reporters install handlers for them
+ * without SA_RESTART, which must not turn every wait into EINTR. */
+static int fault_signal(int sig)
+{
+	return sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL ||
+	       sig == SIGTRAP || sig == SIGSYS;
+}
+
 int bell_signals_restart(void)
 {
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
 
+		if (fault_signal(sig))
+			continue;
 		if (sigaction(sig, NULL, &sa) == 0 && !(sa.sa_flags & SA_RESTART) &&
 		    sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)
 			return 0;
@@ -269,7 +280,18 @@ int bell_wait_writable(int fd, int dontwait)
 	if (sys_getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l) == 0 && (tv.tv_sec || tv.tv_usec))
 		timeout = (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
 	io_thread_sleeps();
-	rc = sys_poll(&p, 1, timeout);
+	for (;;) {
+		long long start = mono_now_ms();
+
+		rc = sys_poll(&p, 1, timeout);
+		if (rc >= 0 || errno != EINTR || !bell_signals_restart())
+			break;
+		/* a handler with SA_RESTART: the kernel's send would go on waiting */
+		if (timeout > 0 && (timeout -= (int)(mono_now_ms() - start)) <= 0) {
+			rc = 0;
+			break;
+		}
+	}
 	if (rc < 0)
 		return -errno;
 	if (rc == 0)

@@ -149,7 +149,8 @@ int conn_shutdown(struct conn *c, int fd, int how)
 		errno = EINVAL;
 		return -1;
 	}
-	io_release_mine(c);
+	if (how != SHUT_RD && io_hold_mine(&c->tx_hold))
+		tx_abort(c);            /* shutting down writing takes the transmit lock */
 	if (how != SHUT_WR) {
 		atomic_fetch_or(&sh->flags, SH_SHUT_RD);
 		bell_wake_word(&c->tx->wake_seq);       /* our own reader, if asleep */

@@ -23,6 +23,7 @@
 #include "conn.h"
 #include "sys.h"
 
+#include <errno.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -89,8 +90,30 @@ static inline void io_hold_drop(struct io_hold *h)
 	atomic_store_explicit(&h->thread, NULL, memory_order_relaxed);
 	h->len = 0;
 }
+/*
+ * Take a direction's lock (@m, its hold @h) for a call that may not wait
+ * (@dontwait) or may: while another thread keeps the direction with a claim
+ * or peek - which lasts as long as that program likes - a call that may not
+ * wait gets -EAGAIN instead of waiting for its commit or consume.  Other
+ * holders keep the lock for a copy at most, and are waited for.  0 or -EAGAIN.
+ */
+static inline int io_lock(pthread_mutex_t *m, const struct io_hold *h, int dontwait)
+{
+	if (dontwait && atomic_load_explicit(&h->thread, memory_order_relaxed)) {
+		int r = pthread_mutex_trylock(m);
+
+		if (r == EBUSY)
+			return -EAGAIN;
+		if (r == EOWNERDEAD)
+			pthread_mutex_consistent(m);
+		return 0;
+	}
+	sh_lock(m);
+	return 0;
+}
+
 /* Give up whatever claim and peek this thread holds on @c (close.c: before
- * a close or shutdown, which take the locks themselves). */
+ * a close, which takes the locks itself). */
 void io_release_mine(struct conn *c);
 
 /* tx.c */

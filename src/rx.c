@@ -283,7 +283,11 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 		total += iov[k].iov_len;
 	if (total == 0)
 		return 0;
-	sh_lock(&sh->rx_lock);
+	if (io_lock(&sh->rx_lock, &c->rx_hold,
+	            dontwait || atomic_load_explicit(&sh->nonblock, memory_order_relaxed)) < 0) {
+		errno = EAGAIN;         /* another thread's peek */
+		return -1;
+	}
 	for (;;) {
 		uint32_t pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
 		uint64_t prod, start = sh->cons + (peek ? got : 0);
@@ -394,7 +398,8 @@ static int rx_wait_more(struct conn *c, int fd, uint64_t have_prod)
 long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwait)
 {
 	struct conn_shared *sh = c->sh;
-	int idle_loops = 0;
+	int idle_loops = 0, timeo;
+	long long deadline = 0;
 	long r;
 
 	if (min > c->rx_size)
@@ -402,7 +407,10 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 	if (!min)
 		min = 1;
 	dontwait = dontwait || atomic_load_explicit(&sh->nonblock, memory_order_relaxed);
-	sh_lock(&sh->rx_lock);
+	if (io_lock(&sh->rx_lock, &c->rx_hold, dontwait) < 0)
+		return -EAGAIN;         /* another thread's peek */
+	if ((timeo = io_rcvtimeo_ms(c, fd)) > 0)
+		deadline = mono_now_ms() + timeo;
 	for (;;) {
 		uint32_t pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
 		uint64_t prod, have;
@@ -432,6 +440,12 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 			break;
 		}
 		if (have) {
+			/* SO_RCVTIMEO bounds the whole wait (the wait for a first byte,
+			 * below, has the kernel's own timeout) */
+			if (deadline && mono_now_ms() >= deadline) {
+				r = -EAGAIN;
+				break;
+			}
 			r = rx_wait_more(c, fd, prod);
 		} else {
 			/* empty: as a read does (rx_recv), make sure the writer rings */
@@ -476,13 +490,23 @@ void rx_release(struct conn *c)
 
 uint32_t rx_available(struct conn *c)
 {
-	uint64_t prod;
+	struct conn_shared *sh = c->sh;
+	uint64_t prod, cons;
 	uint32_t n = 0;
 
-	sh_lock(&c->sh->rx_lock);
+	if (atomic_load_explicit(&c->rx_hold.thread, memory_order_relaxed)) {
+		/* a peek keeps the receive lock, maybe for long (maybe this
+		 * thread's): count without it - only the peek's consume moves
+		 * our cursor meanwhile */
+		prod = atomic_load_explicit(&c->rx->prod, memory_order_acquire);
+		cons = __atomic_load_n(&sh->cons, __ATOMIC_RELAXED);
+		return ring_prod_valid(cons, __atomic_load_n(&sh->peer_prod_seen, __ATOMIC_RELAXED),
+		                       prod, c->rx_size) ? (uint32_t)(prod - cons) : 0;
+	}
+	sh_lock(&sh->rx_lock);
 	if (rx_peer_prod(c, &prod) == 0)
-		n = (uint32_t)(prod - c->sh->cons);
-	sh_unlock(&c->sh->rx_lock);
+		n = (uint32_t)(prod - sh->cons);
+	sh_unlock(&sh->rx_lock);
 	return n;
 }
 
@@ -493,6 +517,8 @@ int rx_settle_bells(struct conn *c, int fd)
 	int idle = 0;
 	char b;
 
+	if (atomic_load_explicit(&c->rx_hold.thread, memory_order_relaxed))
+		return 0;               /* a peek holds bytes (and the lock): readable */
 	sh_lock(&sh->rx_lock);
 	if (rx_peer_prod(c, &prod) == 0 && prod == sh->cons &&
 	    rx_end_state(c, atomic_load_explicit(&c->rx->flags, memory_order_acquire)) == 0) {

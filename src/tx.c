@@ -130,7 +130,9 @@ long tx_claim(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontw
 
 	if (min > c->tx_size)
 		return -EMSGSIZE;
-	sh_lock(&sh->tx_lock);
+	if (io_lock(&sh->tx_lock, &c->tx_hold,
+	            dontwait || atomic_load_explicit(&sh->nonblock, memory_order_relaxed)) < 0)
+		return 0;               /* another thread's claim: would block */
 	space = tx_space(c, fd, min ? (uint32_t)min : 1, dontwait);
 	if (space <= 0) {
 		sh_unlock(&sh->tx_lock);
@@ -179,7 +181,9 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 		int err = tx_error(c);
 		return err ? tx_finish(0, -err, flags) : 0;
 	}
-	sh_lock(&sh->tx_lock);
+	if (io_lock(&sh->tx_lock, &c->tx_hold,
+	            dontwait || atomic_load_explicit(&sh->nonblock, memory_order_relaxed)) < 0)
+		return tx_finish(0, 0, flags);  /* another thread's claim: EAGAIN */
 	while (done < total && (space = tx_space(c, fd, 1, dontwait)) > 0) {
 		uint32_t chunk = 0;
 

@@ -130,7 +130,7 @@ static int send_claimed(int fd, size_t n, int *via)
 	CHECK(got >= (ssize_t)n && (size_t)got == s.len, "claim of %zu gave %zd", n, got);
 	*via = s.via;
 	fill_span(&s, n);
-	CHECK(smclo_send_commit(fd, n, 0) == 0, "commit of %zu", n);
+	CHECK(smclo_send_commit(fd, n, 0) == (ssize_t)n, "commit of %zu", n);
 	return s.iov[1].iov_len > 0;
 }
 
@@ -339,7 +339,7 @@ static void errors_client(int fd)
 		CHECK(write(fd, "x", 1) == -1 && errno == EDEADLK, "write during a claim");
 	CHECK(smclo_send_commit(fd, s.len + 1, 0) == -1 && errno == EINVAL, "commit beyond");
 	fill_span(&s, 10);
-	CHECK(smclo_send_commit(fd, 10, 0) == 0, "commit");
+	CHECK(smclo_send_commit(fd, 10, 0) == 10, "commit");
 	read_exact(fd, &go, 1);         /* the server checked EAGAIN on an empty stream */
 	send_claimed(fd, 100, &(int){ 0 });
 	CHECK(shutdown(fd, SHUT_WR) == 0, "shutdown");
@@ -401,13 +401,13 @@ static void fork_client(int fd)
 	CHECK(pid >= 0, "fork");
 	if (pid == 0) {
 		/* the claim is the parent thread's: the child has none */
-		if (smclo_send_commit(fd, 500, 0) == 0 || errno != EINVAL)
+		if (smclo_send_commit(fd, 500, 0) >= 0 || errno != EINVAL)
 			_exit(3);
 		_exit(0);
 	}
 	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	      "the child committed its parent's claim (status %d)", st);
-	CHECK(smclo_send_commit(fd, 500, 0) == 0, "commit after the fork");
+	CHECK(smclo_send_commit(fd, 500, 0) == 500, "commit after the fork");
 	send_claimed(fd, 700, &via);
 	CHECK(shutdown(fd, SHUT_WR) == 0, "shutdown");
 	printf("ok via=%s\n", via_name(via));
@@ -429,7 +429,7 @@ static void full_client(int fd)
 		}
 		CHECK(rounds < 100000, "never full");
 		fill_span(&s, 4096);
-		CHECK(smclo_send_commit(fd, 4096, 0) == 0, "commit");
+		CHECK(smclo_send_commit(fd, 4096, 0) == 4096, "commit");
 	}
 	CHECK(shutdown(fd, SHUT_WR) == 0, "shutdown");
 	CHECK(read(fd, &go, 1) == 0, "end from the server");
@@ -482,7 +482,7 @@ static void killed_reader_client(int fd)
 	send_claimed(fd, 100, &(int){ 0 });
 	while ((n = smclo_send_claim(fd, 4096, &s, 0)) > 0) {
 		fill_span(&s, 4096);
-		CHECK(smclo_send_commit(fd, 4096, 0) == 0 || errno == EPIPE || errno == ECONNRESET,
+		CHECK(smclo_send_commit(fd, 4096, 0) == 4096 || errno == EPIPE || errno == ECONNRESET,
 		      "commit");
 	}
 	CHECK(errno == EPIPE || errno == ECONNRESET, "claim after the reader died");

@@ -34,7 +34,7 @@ lib = _library()
 for name, res, args in (
         ("smclo_send_claim", ctypes.c_ssize_t, [ctypes.c_int, ctypes.c_size_t,
                                                 ctypes.POINTER(Span), ctypes.c_int]),
-        ("smclo_send_commit", ctypes.c_int, [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]),
+        ("smclo_send_commit", ctypes.c_ssize_t, [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]),
         ("smclo_recv_peek", ctypes.c_ssize_t, [ctypes.c_int, ctypes.c_size_t,
                                                ctypes.POINTER(Span), ctypes.c_int]),
         ("smclo_recv_consume", ctypes.c_int, [ctypes.c_int, ctypes.c_size_t]),
@@ -60,7 +60,8 @@ def sendall(fd, data):
         ctypes.memmove(span.iov[0].base, bytes(view[off:off + first]), first)
         if n > first:
             ctypes.memmove(span.iov[1].base, bytes(view[off + first:off + n]), n - first)
-        _check(lib.smclo_send_commit(fd, n, 0))
+        if _check(lib.smclo_send_commit(fd, n, 0)) != n:
+            raise OSError(errno.EIO, "commit sent part of its bytes")
         off += n
 
 

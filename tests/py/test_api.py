@@ -123,3 +123,20 @@ def test_peer_killed_holding(reg, procs, kind, victim):
     text = cli.stdout if victim == "reader" else out
     assert text.startswith("ok"), (cli.stdout + cli.stderr, out + err)
     assert took < 10, took
+
+
+HAZARDS = ["fionread", "dontwait", "close-slot", "stale", "rcvtimeo", "signal", "shutwr",
+           "destructor", "claim-restart"]
+
+
+@pytest.mark.parametrize("kind", ["ring", "copy"])
+@pytest.mark.parametrize("check", HAZARDS)
+def test_hazard(reg, kind, check):
+    """tests/progs/api_hazards.c: each check failed once (a self-deadlock, a
+    wait where none may be, a leaked slot, bytes of a closed connection's
+    claim sent on the connection that got its number, a timeout or signal
+    ignored, a use after free at thread exit)."""
+    env = reg.env if kind == "ring" else plain_env(reg)
+    r = subprocess.run([str(TESTBIN / "api_hazards"), check], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok via=" + kind, r.stdout + r.stderr
