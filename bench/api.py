@@ -10,6 +10,14 @@ processes) beside it:
   smclo   smclo's rings through send()/recv()
   api     smclo's rings through the native API: claims written in place,
           peeks read in place
+  iceoryx2  iceoryx2's publish-subscribe (bench/iceoryx2, the Rust crate
+          pinned in its Cargo.toml): samples loaned from the publisher's
+          shared memory, written and read in place, each side polling its
+          subscriber (yielding the CPU between polls); the ping-pong also
+          runs once more sleeping in iceoryx2's listener instead (a note
+          under the table).  Stream and ping-pong rows only.  Built here
+          with cargo into build/iceoryx2-target; without cargo, or if the
+          build fails, its column shows "-" and the run says why.
 
 The receiver reads every byte of every message (sums it): a benchmark that
 never touches the payload measures pointer passing, not transfer.
@@ -31,20 +39,51 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import BUILD, ROOT, Progress, STEP_OVERHEAD, free_port, wait_listen  # noqa: E402
+from run import WORK as RUN_WORK  # noqa: E402  (made by run.py's import, unused here)
 
 APIBENCH = str(BUILD / "bench" / "apibench")
+ICEBENCH_SRC = ROOT / "bench" / "iceoryx2"
+ICEBENCH_TARGET = BUILD / "iceoryx2-target"
+ICEBENCH = str(ICEBENCH_TARGET / "release" / "icebench")
 WORK = Path(tempfile.mkdtemp(prefix="smclo-apibench-",
                              dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
 
 # name, test, size, unit, higher is better, ways
+ALL = ("tcp", "unix", "smclo", "api", "iceoryx2")
 ROWS = [
-    ("stream 64 KiB messages", "bulk", 64 << 10, "MB/s", True, ("tcp", "unix", "smclo", "api")),
-    ("stream 1 MiB messages", "bulk", 1 << 20, "MB/s", True, ("tcp", "unix", "smclo", "api")),
-    ("stream 16 MiB messages", "bulk", 16 << 20, "MB/s", True, ("tcp", "unix", "smclo", "api")),
+    ("stream 64 KiB messages", "bulk", 64 << 10, "MB/s", True, ALL),
+    ("stream 1 MiB messages", "bulk", 1 << 20, "MB/s", True, ALL),
+    ("stream 16 MiB messages", "bulk", 16 << 20, "MB/s", True, ALL),
     ("100 B messages", "rate", 100, "k msg/s", True, ("tcp", "unix", "smclo", "api")),
-    ("64 B ping-pong (median)", "pingpong", 64, "us", False, ("tcp", "unix", "smclo", "api")),
+    ("64 B ping-pong (median)", "pingpong", 64, "us", False, ALL + ("iceoryx2-wait",)),
 ]
-WAYS = ["tcp", "unix", "smclo", "api"]
+# iceoryx2-wait: icebench's ping-pong with each side asleep in a listener
+WAYS = ["tcp", "unix", "smclo", "api", "iceoryx2", "iceoryx2-wait"]
+ICE_WAYS = ("iceoryx2", "iceoryx2-wait")
+
+
+def build_icebench():
+    """Build bench/iceoryx2 (icebench) with cargo: None when done, else why not.
+
+    Offline first (the crates already in cargo's cache), then letting cargo
+    fetch them.  The first build compiles iceoryx2: minutes on a small machine."""
+    cargo = shutil.which("cargo")
+    if not cargo:
+        return "cargo not found"
+    print("icebench: cargo build in bench/iceoryx2 (minutes the first time)", flush=True)
+    err = ""
+    for offline in (["--offline"], []):
+        try:
+            r = subprocess.run([cargo, "build", "--release", "--quiet", "--target-dir",
+                                str(ICEBENCH_TARGET)] + offline, cwd=ICEBENCH_SRC,
+                               capture_output=True, text=True, timeout=1800)
+        except subprocess.TimeoutExpired:
+            return "cargo build took more than 30 min"
+        if r.returncode == 0 and os.access(ICEBENCH, os.X_OK):
+            return None
+        err = r.stderr.strip().splitlines()
+        err = err[-1] if err else "exit code %d" % r.returncode
+    return "cargo build failed: " + err
 
 
 def env_for(way):
@@ -61,22 +100,34 @@ def env_for(way):
 def run_once(test, size, way, secs):
     """(value in the row's unit, CPU seconds of both ends)."""
     port = free_port()
-    addr = str(WORK / ("s-%d.sock" % port)) if way == "unix" else str(port)
-    how = "api" if way == "api" else "copy"
-    env = env_for(way)
-    srv = subprocess.Popen([APIBENCH, "serve", addr, how, test, str(size)], env=env,
+    if way in ICE_WAYS:
+        # the same command shape without the WAY argument; ADDR is the prefix
+        # of the run's iceoryx2 service names
+        prog, how, env = ICEBENCH, [], dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        addr = "smclo-apibench.%d.%d" % (os.getpid(), port)
+    else:
+        prog, how, env = APIBENCH, ["api" if way == "api" else "copy"], env_for(way)
+        addr = str(WORK / ("s-%d.sock" % port)) if way == "unix" else str(port)
+    name = os.path.basename(prog)
+    what = "pingpong-wait" if way == "iceoryx2-wait" else test
+    srv = subprocess.Popen([prog, "serve", addr] + how + [what, str(size)], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = None
     try:
         if srv.stdout.readline().strip() != "ready":
-            raise RuntimeError("apibench server: " + srv.stderr.read())
+            srv.kill()
+            raise RuntimeError("%s server: %s" % (name, srv.stderr.read()))
         t = os.times()
-        out = subprocess.run([APIBENCH, "client", addr, how, test, str(size), str(secs)],
+        out = subprocess.run([prog, "client", addr] + how + [what, str(size), str(secs)],
                              env=env, capture_output=True, text=True, timeout=secs * 10 + 60)
         t2 = os.times()
     finally:
+        if out is None or out.returncode != 0:
+            srv.kill()      # its client is gone: it may wait for it forever
         _, _, ru = os.wait4(srv.pid, 0)
     if out.returncode != 0:
-        raise RuntimeError("apibench client (%s %s %d): %s" % (way, test, size, out.stderr))
+        raise RuntimeError("%s client (%s %s %d): %s" % (name, way, test, size, out.stderr))
     r = json.loads(out.stdout)
     if not r["ok"]:
         raise RuntimeError("bytes lost or changed: %s %s %d: %s" % (way, test, size, out.stdout))
@@ -93,27 +144,52 @@ def med(vals, i):
     return statistics.median(v[i] for v in vals) if vals else None
 
 
-def table(results, runs, secs):
+def table(results, runs, secs, ice_why):
     lines = ["Native API rows (bench/api.py, bench/apibench.c): %d interleaved runs of %g s "
              "each, median; CPU is user+sys of both ends per run.  Machine: %s, %d CPUs." % (
                  runs, secs, os.uname().release, os.cpu_count()), "",
-             "| row | TCP | AF_UNIX | smclo send/recv | smclo API | API/send-recv | API/TCP "
-             "| CPU s TCP / UNIX / smclo / API |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| row | TCP | AF_UNIX | smclo send/recv | smclo API | iceoryx2 | API/send-recv "
+             "| API/TCP | API/iceoryx2 | CPU s TCP / UNIX / smclo / API / iceoryx2 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda x: "-" if x is None else ("%.2f" % x if x < 100 else "%.0f" % x)
+    wait = None
     for name, test, size, unit, hib, ways in ROWS:
         if name not in results:
             continue
         v = {w: med(results[name][w], 0) for w in WAYS}
         c = {w: med(results[name][w], 1) for w in WAYS}
-        fmt = lambda x: "-" if x is None else ("%.2f" % x if x < 100 else "%.0f" % x)
         ratio = lambda a, b: "-" if not (a and b) else "%.2fx" % ((a / b) if hib else (b / a))
-        lines.append("| %s (%s) | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             name, unit, fmt(v["tcp"]), fmt(v["unix"]), fmt(v["smclo"]), fmt(v["api"]),
-            ratio(v["api"], v["smclo"]), ratio(v["api"], v["tcp"]),
-            " / ".join(fmt(c[w]) for w in WAYS)))
+            fmt(v["iceoryx2"]), ratio(v["api"], v["smclo"]), ratio(v["api"], v["tcp"]),
+            ratio(v["api"], v["iceoryx2"]), " / ".join(fmt(c[w]) for w in ALL)))
+        if v["iceoryx2-wait"] is not None:
+            wait = (v["iceoryx2-wait"], c["iceoryx2-wait"])
     lines += ["", "Ratios are taken so that above 1 is better (for latency: the other's "
               "time over the API's)."]
+    if not any("iceoryx2" in r[5] for r in ROWS if r[0] in results):
+        pass
+    elif ice_why:
+        lines += ["", "iceoryx2 not measured: %s." % ice_why]
+    else:
+        lines += ["", "iceoryx2 (bench/iceoryx2, iceoryx2 %s): publish-subscribe, samples "
+                  "loaned in the publisher's shared memory, written and summed in place; "
+                  "the receiver polls its subscriber, yielding the CPU between polls; the "
+                  "bulk publisher waits in iceoryx2's backpressure while the subscriber's "
+                  "queue (4 messages) is full.  No 100 B messages row." % ice_version()]
+        if wait:
+            lines.append("iceoryx2's ping-pong with each side asleep in an iceoryx2 listener "
+                         "instead of polling: %s us median, CPU %s s." % (fmt(wait[0]),
+                                                                         fmt(wait[1])))
     return lines
+
+
+def ice_version():
+    """The iceoryx2 version pinned in bench/iceoryx2/Cargo.toml."""
+    for line in (ICEBENCH_SRC / "Cargo.toml").read_text().splitlines():
+        if line.startswith("iceoryx2"):
+            return line.split("=")[-1].strip(' "')
+    return "?"
 
 
 def main():
@@ -125,17 +201,30 @@ def main():
     a = ap.parse_args()
     secs = a.seconds or (1 if a.quick else 5)
     rows = [r for r in ROWS if not a.only or a.only in r[0]]
+    # iceoryx2's column: built first; a machine without cargo still runs the rest
+    ice_why = build_icebench() if any("iceoryx2" in r[5] for r in rows) else None
+    if ice_why:
+        print("iceoryx2 column left empty: %s" % ice_why, flush=True)
+        rows = [r[:5] + (tuple(w for w in r[5] if w not in ICE_WAYS),) for r in rows]
     steps = [(r, row, WAYS[(r + k) % len(WAYS)]) for r in range(a.runs) for row in rows
              for k in range(len(WAYS)) if WAYS[(r + k) % len(WAYS)] in row[5]]
     progress = Progress([secs + STEP_OVERHEAD] * len(steps))
     results = {row[0]: {w: [] for w in WAYS} for row in rows}
     for r, (name, test, size, unit, hib, ways), way in steps:
         progress.step("run %d of %d: %s, %s (%g s)" % (r + 1, a.runs, name, way, secs))
-        res = run_once(test, size, way, secs)
+        try:
+            res = run_once(test, size, way, secs)
+        except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+            if way not in ICE_WAYS:
+                raise
+            # a failing third-party column must not cost the others
+            progress.say("run %d %-28s %-5s failed: %s" % (r + 1, name, way,
+                                                          " ".join(str(e).split())[:300]))
+            continue
         results[name][way].append(res)
         progress.say("run %d %-28s %-5s %10.2f %s  cpu %.2f s" % (r + 1, name, way, res[0],
                                                                 unit, res[1]))
-    text = "\n".join(table(results, a.runs, secs)) + "\n"
+    text = "\n".join(table(results, a.runs, secs, ice_why)) + "\n"
     if not a.only:
         (ROOT / "bench" / "api-results.md").write_text(text)
     print(text)
@@ -146,3 +235,4 @@ if __name__ == "__main__":
         main()
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
+        shutil.rmtree(RUN_WORK, ignore_errors=True)
