@@ -454,7 +454,10 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 			if (rx_peer_prod(c, &prod) == 0 && prod != sh->cons)
 				continue;
 			bell_drain(c, fd, 0);
-			r = rx_wait(c, fd, 0, 0);
+			/* as a read of @min bytes waits: the consume that follows takes
+			 * them (bytes it leaves have no doorbell; every later wait looks
+			 * at the ring, as after such a read) */
+			r = rx_wait(c, fd, 0, min);
 		}
 		if (r == 0 && ++idle_loops % IDLE_LOOK == 0)
 			r = rx_idle_look(c, fd, idle_loops);
