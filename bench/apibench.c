@@ -58,6 +58,7 @@ static double now(void)
 
 static uint8_t *buf;            /* the copy way's own buffer */
 #define BUF_MAX (32u << 20)
+#define CONSUME_STEP (128u << 10)   /* what an in-place reader releases at a time */
 
 /*
  * Sum of the bytes of @p: the reader touches every byte it gets.  Eight at a
@@ -131,7 +132,11 @@ static size_t take(int fd, size_t min, size_t max, uint64_t *sum)
 				die("peek");
 			return 0;
 		}
+		/* process and release in pieces: the writer refills the ring
+		 * behind a reader that reads in place only as fast as it consumes */
 		k = (size_t)n < max ? (size_t)n : max;
+		if (k > CONSUME_STEP)
+			k = CONSUME_STEP;
 		for (int i = 0; i < 2 && done < k; i++) {
 			size_t m = s.iov[i].iov_len < k - done ? s.iov[i].iov_len : k - done;
 			*sum += sum_bytes(s.iov[i].iov_base, m);

@@ -127,7 +127,9 @@ int smclo_send_abort(int fd);
  *   EINTR         a signal handler without SA_RESTART interrupted the wait
  *   EBADF, ENOTSOCK, ENOTCONN, EOPNOTSUPP, ENOBUFS, EINVAL   as for a claim
  * The bytes stay until smclo_recv_consume(); a second peek of the thread
- * on @fd looks again (it may show more).  Bytes in a ring are read-only,
+ * on @fd looks again (it may show more).  The sender gets its space back
+ * only with the consume: a reader of a long stream consumes as it goes (a
+ * quarter of the ring at a time, say), or the sender waits while it reads.  Bytes in a ring are read-only,
  * and the peer process can still write them: check what you parse, as you
  * would a copy.
  */
