@@ -6,15 +6,15 @@
  * connection a claim or peek is the core's own (tx_claim, rx_peek in io.h):
  * the bytes are the ring's and the direction's lock stays with the thread
  * until the commit or consume.  On anything else it is a copy through
- * staging memory of the thread: a claim hands out the staging buffer and the
- * commit send()s it in full; a peek copies with MSG_PEEK and the consume
- * discards with MSG_TRUNC, so the kernel's queue stays the one source of
- * truth and recv()s mixed in between stay in order.
+ * staging memory of the thread: a claim hands out the staging buffer and
+ * the commit sends it as a send() of it would; a peek copies with MSG_PEEK
+ * and the consume discards with MSG_TRUNC, so the kernel's queue stays the
+ * one source of truth and recv()s mixed in between stay in order.
  *
  * What a thread holds lives in its own small table (struct hold), with a
- * reference to the connection: a commit finds its claim even when another
- * thread closed the descriptor meanwhile (that close waits for the lock the
- * claim holds, and goes on after the commit).
+ * reference to the connection, and is checked against what its descriptor
+ * names at the commit or consume (hold_names): a number closed or reused
+ * since reaches nothing.
  */
 #include "smclo.h"
 #include "fdtab.h"
@@ -25,13 +25,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <linux/sockios.h>
 #include <sys/ioctl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
