@@ -12,6 +12,7 @@
  */
 #include "io.h"
 
+#include "peerpool.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -20,6 +21,8 @@
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 /* ---- the hooks to the layer above (io.h) -------------------------------- */
@@ -37,6 +40,11 @@ void io_thread_sleeps(void)
 		hooks.thread_sleeps();
 }
 
+int io_keep_fd(int fd)
+{
+	return hooks.keep_fd ? hooks.keep_fd(fd) : fd;
+}
+
 int io_rcvtimeo_ms(struct conn *c, int fd)
 {
 	return hooks.rcvtimeo_ms ? hooks.rcvtimeo_ms(c, fd) : 0;
@@ -45,8 +53,31 @@ int io_rcvtimeo_ms(struct conn *c, int fd)
 /* What a claim or peek records as its holder (io_hold_take, io.h). */
 _Thread_local char io_thread_token;
 
-/* Ring once: count, send, take the count back on failure. */
-static int bell_send_once(struct conn *c, int fd, int only_if_unread)
+/* One zero-length message, carrying @nfds descriptors of @fds. */
+static ssize_t bell_message(int fd, const int *fds, int nfds)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+	} u;
+	struct msghdr m = { .msg_control = u.buf };
+	struct cmsghdr *cm;
+
+	if (nfds == 0)
+		return sys_send(fd, NULL, 0, MSG_NOSIGNAL | MSG_DONTWAIT);
+	memset(&u, 0, sizeof(u));
+	m.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+	cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+	memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
+	return sys_sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* Ring once: count, send, take the count back on failure.  The doorbell
+ * carries @nfds descriptors (bell_send_pool) or none. */
+static int bell_send_fds(struct conn *c, int fd, int only_if_unread, const int *fds, int nfds)
 {
 	struct conn_shared *sh = c->sh;
 	uint64_t seq = sh->bell_seq;
@@ -58,7 +89,7 @@ static int bell_send_once(struct conn *c, int fd, int only_if_unread)
 		atomic_store_explicit(&c->tx->bell_seq, seq, memory_order_seq_cst);
 		return 0;
 	}
-	if (sys_send(fd, NULL, 0, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+	if (bell_message(fd, fds, nfds) < 0) {
 		int e = errno;
 		atomic_store_explicit(&c->tx->bell_seq, seq, memory_order_seq_cst);
 		if (e == EPIPE || e == ECONNRESET)
@@ -70,6 +101,21 @@ static int bell_send_once(struct conn *c, int fd, int only_if_unread)
 	if (c->slot)
 		atomic_fetch_add_explicit(&c->slot->bells_sent, 1, memory_order_relaxed);
 	return 0;
+}
+
+static int bell_send_once(struct conn *c, int fd, int only_if_unread)
+{
+	return bell_send_fds(c, fd, only_if_unread, NULL, 0);
+}
+
+int bell_send_pool(struct conn *c, int fd, int memfd, int wakefd)
+{
+	int fds[2] = { memfd, wakefd }, r;
+
+	sh_lock(&c->sh->tx_lock);
+	r = bell_send_fds(c, fd, 0, fds, 2);
+	sh_unlock(&c->sh->tx_lock);
+	return r;
 }
 
 /*
@@ -114,7 +160,10 @@ void bell_after_produce(struct conn *c, int fd)
 		return;                 /* our last doorbell is still live */
 	if (peer_cons == sh->prod)
 		return;                 /* the reader already took everything */
-	if (reader_watching(c, sh->prod - peer_cons)) {
+	/* a reference not consumed yet stands for more bytes than its one
+	 * byte of ring: no read's promise to take it all can be checked */
+	if (reader_watching(c, (int64_t)(sh->ref_end - peer_cons) > 0 ? UINT64_MAX
+	                                                             : sh->prod - peer_cons)) {
 		if (c->slot)
 			atomic_fetch_add_explicit(&c->slot->bells_skipped, 1, memory_order_relaxed);
 		return;
@@ -219,6 +268,45 @@ void bell_fill(struct conn *c, int fd)
  */
 #define DRAIN_LOOK 64
 
+/*
+ * Consume one doorbell (one byte of room: a byte is a protocol breach to
+ * notice).  A doorbell may carry the peer's pool (bell_send_pool): its
+ * descriptors go to peerpool_adopt, which keeps or closes them - read
+ * without room for them, the kernel would close them unseen.
+ */
+static ssize_t bell_take(struct conn *c, int fd, char *b)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+	} u;
+	struct iovec v = { b, 1 };
+	struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1,
+	                    .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+	ssize_t n = sys_recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+	if (n >= 0 && m.msg_controllen) {
+		int fds[2] = { -1, -1 }, got = 0;
+
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			for (int i = 0; i < k; i++) {
+				int d;
+				memcpy(&d, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+				if (got < 2)
+					fds[got++] = d;
+				else
+					sys_close(d);   /* more than a pool has */
+			}
+		}
+		if (got)
+			peerpool_adopt(c, got == 2 ? fds[0] : -1, got == 2 ? fds[1] : fds[0]);
+	}
+	return n;
+}
+
 void bell_drain(struct conn *c, int fd, int keep_one)
 {
 	struct conn_shared *sh = c->sh;
@@ -240,7 +328,7 @@ void bell_drain(struct conn *c, int fd, int keep_one)
 		      atomic_load_explicit(&c->rx->bell_val[i % BELL_LOG], memory_order_relaxed);
 		if (!keep_one && val > sh->cons)
 			break;                          /* live: covers unread data */
-		n = sys_recv(fd, &b, 1, MSG_DONTWAIT);
+		n = bell_take(c, fd, &b);
 		if (n < 0 && errno == EAGAIN) {
 			/* counted but not arrived: being sent right now, or taken back */
 			if (keep_one || ++in_flight_waits > 200)

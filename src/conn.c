@@ -10,6 +10,7 @@
 #include "conn.h"
 
 #include "forkguard.h"
+#include "peerpool.h"
 #include "region.h"
 
 #include "sys.h"
@@ -33,6 +34,7 @@ static struct conn *pool;           /* recycled objects, linked through ->tx */
 
 static void conn_free(struct conn *c)
 {
+	peerpool_drop(c);
 	if (c->region)
 		region_put(c->region, c->reusable);
 	if (c->sh)
@@ -67,6 +69,7 @@ struct conn *conn_alloc(int mode)
 	c->mode = mode;
 	c->tcp_fd = -1;
 	c->bell_fd = -1;
+	c->pool_wake_fd = -1;
 	atomic_fetch_add(&n_conns, 1);
 	return c;
 }

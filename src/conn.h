@@ -47,6 +47,10 @@ struct conn_shared {
 	uint64_t bell_seq;              /* doorbells we sent */
 	uint64_t bell_last_val;         /* prod carried by the last one */
 	uint64_t bells_drained;         /* the peer's doorbells we consumed */
+	uint64_t ref_prod;              /* pool references we sent (ring_hdr.ref) */
+	uint64_t ref_end;               /* just past the placeholder of the last one */
+	uint64_t ref_cons;              /* the peer's references we consumed */
+	uint32_t ref_skip;              /* bytes taken of the one at our cursor */
 	_Atomic int holders;            /* processes that hold the connection */
 	_Atomic uint32_t flags;         /* SH_* */
 	_Atomic int nonblock;           /* O_NONBLOCK of the shared file, kept by our
@@ -103,6 +107,14 @@ struct conn {
 	 * commit or consume (io.h).  Who holds it is a thread of one process.
 	 */
 	struct io_hold tx_hold, rx_hold;
+	/*
+	 * The peer's buffer pool (peerpool.c), mapped read-only in this process
+	 * once the peer handed it over with a doorbell, and the descriptor that
+	 * tells the peer we released one of its buffers; NULL / -1 until then.
+	 */
+	const uint8_t *rx_pool;
+	uint64_t rx_pool_len;
+	int pool_wake_fd;
 };
 
 /* One more read or write moved data: a lossy count, no locked instruction. */

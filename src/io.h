@@ -38,10 +38,14 @@ struct io_hooks {
 	void (*thread_sleeps)(void);
 	/* SO_RCVTIMEO of @fd, the descriptor of @c, in ms; 0 for none */
 	int (*rcvtimeo_ms)(struct conn *c, int fd);
+	/* keep @fd as one of smclo's own, out of the program's way; returns
+	 * the number it has now */
+	int (*keep_fd)(int fd);
 };
 void io_set_hooks(const struct io_hooks *h);
 void io_thread_sleeps(void);
 int io_rcvtimeo_ms(struct conn *c, int fd);
+int io_keep_fd(int fd);
 
 /* bell.c */
 #define SIDE_SNDBUF 6500    /* the doorbell socket's; the kernel doubles it: ~4 doorbells
@@ -51,6 +55,11 @@ void bell_fill(struct conn *c, int fd);
 /* Block until the peer drains doorbells (0), or -errno; honours SO_SNDTIMEO. */
 int bell_wait_writable(int fd, int dontwait);
 void bell_drain(struct conn *c, int fd, int keep_one);
+/*
+ * Hand our pool's @memfd and @wakefd to the peer with one doorbell (it
+ * stands for our producer cursor as any other).  0 or -errno.
+ */
+int bell_send_pool(struct conn *c, int fd, int memfd, int wakefd);
 /* Wake the peer if it sleeps on its futex word (it reads what we produced). */
 void bell_wake_sleeper(struct conn *c);
 /* Move a futex word on and wake whoever sleeps on it. */
@@ -138,6 +147,16 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 ssize_t tx_send_pending(struct conn *c, const struct iovec *iov, int iovcnt);
 ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t count);
 uint32_t tx_unacked(struct conn *c);
+/*
+ * Put a reference to the @len bytes at offset @off of our pool into the
+ * stream (one placeholder byte of the ring, ring.h), waiting for that byte's
+ * space unless @dontwait.  The peer must have mapped the pool (pool_ack) and
+ * the caller keeps at most RING_REFS references unconsumed (pool.c: one per
+ * buffer, RING_REFS buffers at most).  Returns the stream position just past
+ * the placeholder - the reference is consumed once the peer's consumer
+ * cursor reaches it - 0 for "would block", or -errno.
+ */
+long long tx_send_ref(struct conn *c, int fd, uint32_t off, uint32_t len, int dontwait);
 
 /* rx.c */
 /*

@@ -10,6 +10,7 @@
 #include "io.h"
 
 #include "log.h"
+#include "peerpool.h"
 #include "spin.h"
 #include "sys.h"
 
@@ -45,13 +46,19 @@ static void publish_cons(struct conn *c)
  * After consuming up to sh->cons with the producer seen at @prod: tell the
  * writer what it needs to know and consume doorbells we no longer need.
  */
-static void after_consume(struct conn *c, int fd, uint64_t prod)
+static void after_consume(struct conn *c, int fd, uint64_t prod, int refs_done)
 {
 	struct conn_shared *sh = c->sh;
 	int writer_blocked = atomic_load_explicit(&c->rx->write_blocked, memory_order_relaxed);
 
 	if (c->slot)
 		c->slot->rx_fill = (uint32_t)(prod - sh->cons);
+	if (refs_done) {
+		/* buffers of the peer's pool are free again: the cursor says
+		 * which, the eventfd says to look */
+		publish_cons(c);
+		peerpool_released(c);
+	}
 	if (sh->cons == prod) {
 		uint64_t again;
 
@@ -69,10 +76,102 @@ static void after_consume(struct conn *c, int fd, uint64_t prod)
 	}
 }
 
-/* Copy @len bytes from stream position @pos to the iovec at byte @skip. */
-static void copy_to_iov(struct conn *c, const struct iovec *iov, int iovcnt, size_t skip,
-                        uint64_t pos, size_t len)
+/*
+ * The stream as the reader walks it.  Pool references (ring.h) make it a
+ * sequence of runs: plain bytes of the ring, or the rest of a buffer of the
+ * peer's pool that a reference stands for (its one placeholder byte in the
+ * ring is skipped).  A position is our cursor, the references consumed and
+ * the bytes taken of the one at the cursor; the cursor passes a
+ * placeholder only once its buffer is read to the end, so the cursor the
+ * writer sees releases exactly the buffers we are done with.
+ */
+struct rx_at {
+	uint64_t cons;
+	uint64_t ref;
+	uint32_t skip;
+};
+
+struct rx_run {
+	const uint8_t *pool;    /* the buffer's bytes, or NULL: ring bytes at the cursor */
+	size_t len;
+};
+
+static void rx_at_load(const struct conn_shared *sh, struct rx_at *at)
 {
+	*at = (struct rx_at){ sh->cons, sh->ref_cons, sh->ref_skip };
+}
+
+static void rx_at_store(struct conn_shared *sh, const struct rx_at *at)
+{
+	sh->cons = at->cons;
+	sh->ref_cons = at->ref;
+	sh->ref_skip = at->skip;
+}
+
+/*
+ * The run at @at with the peer's producer at @prod (validated).  0, or -1
+ * when the peer forged its references (the connection is reset).  Every
+ * field of the peer's is read once and checked before use: a reference may
+ * only name bytes inside the pool we mapped, at a placeholder we have not
+ * passed.
+ */
+static int rx_run_at(struct conn *c, const struct rx_at *at, uint64_t prod, struct rx_run *run)
+{
+	uint64_t refs = atomic_load_explicit(&c->rx->ref_prod, memory_order_acquire);
+	const struct ring_ref *e;
+	uint64_t pos;
+	uint32_t off, len;
+
+	run->pool = NULL;
+	run->len = (size_t)(prod - at->cons);
+	if (refs == at->ref && !at->skip)
+		return 0;               /* no reference outstanding: all ring bytes */
+	if (refs - at->ref > RING_REFS || refs == at->ref)
+		goto forged;
+	e = &c->rx->ref[at->ref % RING_REFS];
+	pos = atomic_load_explicit(&e->pos, memory_order_relaxed);
+	off = atomic_load_explicit(&e->off, memory_order_relaxed);
+	len = atomic_load_explicit(&e->len, memory_order_relaxed);
+	switch (ring_ref_check(pos, off, len, at->cons, at->skip, prod,
+	                       c->rx_pool ? c->rx_pool_len : 0)) {
+	case REF_LATER:
+		return 0;
+	case REF_AHEAD:
+		run->len = (size_t)(pos - at->cons);
+		return 0;
+	case REF_HERE:
+		run->pool = c->rx_pool + off + at->skip;
+		run->len = len - at->skip;
+		return 0;
+	case REF_BAD:
+		break;
+	}
+forged:
+	conn_mark_broken(c);
+	return -1;
+}
+
+/* Move @at past @n bytes of its run @run (n <= run->len). */
+static void rx_at_advance(struct rx_at *at, const struct rx_run *run, size_t n)
+{
+	if (!run->pool) {
+		at->cons += n;
+		return;
+	}
+	at->skip += (uint32_t)n;
+	if (n == run->len) {
+		at->skip = 0;
+		at->ref++;
+		at->cons++;             /* its placeholder */
+	}
+}
+
+/* Copy @len bytes of @run (at stream position @pos) to the iovec at byte @skip. */
+static void copy_to_iov(struct conn *c, const struct iovec *iov, int iovcnt, size_t skip,
+                        const struct rx_run *run, uint64_t pos, size_t len)
+{
+	const uint8_t *src = run->pool;
+
 	for (int i = 0; i < iovcnt && len; i++) {
 		size_t n;
 
@@ -83,11 +182,57 @@ static void copy_to_iov(struct conn *c, const struct iovec *iov, int iovcnt, siz
 		n = iov[i].iov_len - skip;
 		if (n > len)
 			n = len;
-		ring_copy_out((char *)iov[i].iov_base + skip, ring_data_ro(c->rx), c->rx_size, pos, n);
-		pos += n;
+		if (src) {
+			memcpy((char *)iov[i].iov_base + skip, src, n);
+			src += n;
+		} else {
+			ring_copy_out((char *)iov[i].iov_base + skip, ring_data_ro(c->rx), c->rx_size,
+			              pos, n);
+			pos += n;
+		}
 		len -= n;
 		skip = 0;
 	}
+}
+
+/*
+ * Take up to @want bytes of the stream from @at (moved past them), copied
+ * into @iov from its byte @skip (@iov NULL: only passed over).  Returns the
+ * bytes taken, or -1 when the peer forged a reference.
+ */
+static long rx_take(struct conn *c, const struct iovec *iov, int iovcnt, size_t skip,
+                    struct rx_at *at, uint64_t prod, size_t want)
+{
+	size_t done = 0;
+
+	while (done < want) {
+		struct rx_run run;
+		size_t n;
+
+		if (rx_run_at(c, at, prod, &run) < 0)
+			return -1;
+		if (run.len == 0)
+			break;
+		n = run.len < want - done ? run.len : want - done;
+		if (iov)
+			copy_to_iov(c, iov, iovcnt, skip + done, &run, at->cons, n);
+		rx_at_advance(at, &run, n);
+		done += n;
+	}
+	return (long)done;
+}
+
+/* A read or consume took @n bytes and moved to @at: account for them. */
+static void rx_took(struct conn *c, int fd, const struct rx_at *at, uint64_t prod, size_t n)
+{
+	struct conn_shared *sh = c->sh;
+	int refs = (int)(at->ref - sh->ref_cons);
+
+	rx_at_store(sh, at);
+	conn_count_call(c);
+	if (c->slot)
+		atomic_fetch_add_explicit(&c->slot->rx_bytes, n, memory_order_relaxed);
+	after_consume(c, fd, prod, refs);
 }
 
 /* What the peer's flags mean for a reader that found the ring empty. */
@@ -290,7 +435,7 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 	}
 	for (;;) {
 		uint32_t pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
-		uint64_t prod, start = sh->cons + (peek ? got : 0);
+		uint64_t prod, start = sh->cons;
 		int end;
 
 		if (atomic_load(&sh->flags) & SH_SHUT_RD)
@@ -300,20 +445,20 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 			break;
 		}
 		if (prod != start) {
-			size_t n = prod - start;
-			if (n > total - got)
-				n = total - got;
-			copy_to_iov(c, iov, iovcnt, got, start, n);
-			got += n;
-			idle_loops = 0;         /* bytes came: the doorbells matched */
-			if (!peek) {
-				sh->cons += n;
-				conn_count_call(c);
-				if (c->slot)
-					atomic_fetch_add_explicit(&c->slot->rx_bytes, n,
-					                          memory_order_relaxed);
-				after_consume(c, fd, prod);
+			struct rx_at at;
+			long n;
+
+			/* a peek copies once (it never waits for all), from our position */
+			rx_at_load(sh, &at);
+			n = rx_take(c, iov, iovcnt, got, &at, prod, total - got);
+			if (n < 0) {
+				err = ECONNRESET;
+				break;
 			}
+			got += (size_t)n;
+			idle_loops = 0;         /* bytes came: the doorbells matched */
+			if (!peek)
+				rx_took(c, fd, &at, prod, (size_t)n);
 			if (got == total || !waitall)
 				break;
 			continue;
@@ -414,7 +559,9 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 	for (;;) {
 		uint32_t pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
 		uint64_t prod, have;
-		int end;
+		struct rx_at at;
+		struct rx_run run;
+		int end, edge;
 
 		if (atomic_load(&sh->flags) & SH_SHUT_RD) {
 			r = 0;
@@ -424,10 +571,24 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 			r = -ECONNRESET;
 			break;
 		}
-		have = prod - sh->cons;
-		end = have < min ? rx_end_state(c, pf) : 0;
-		if (have >= min || (end > 0 && have)) {
-			ring_pieces((uint8_t *)ring_data_ro(c->rx), c->rx_size, sh->cons, have, iov);
+		rx_at_load(sh, &at);
+		if (rx_run_at(c, &at, prod, &run) < 0) {
+			r = -ECONNRESET;
+			break;
+		}
+		have = run.len;
+		/* a run that ends at a reference's edge grows no more: it is all
+		 * there is in one place */
+		edge = have && (run.pool || at.cons + have != prod);
+		end = have < min && !edge ? rx_end_state(c, pf) : 0;
+		if (have >= min || edge || (end > 0 && have)) {
+			if (run.pool) {
+				iov[0] = (struct iovec){ (void *)run.pool, have };
+				iov[1] = (struct iovec){ NULL, 0 };
+			} else {
+				ring_pieces((uint8_t *)ring_data_ro(c->rx), c->rx_size, sh->cons,
+				            have, iov);
+			}
 			io_hold_take(&c->rx_hold, have);
 			return (long)have;      /* the lock stays held until rx_consume */
 		}
@@ -476,11 +637,14 @@ void rx_consume(struct conn *c, int fd, size_t n)
 
 	io_hold_drop(&c->rx_hold);
 	if (n) {
-		sh->cons += n;
-		conn_count_call(c);
-		if (c->slot)
-			atomic_fetch_add_explicit(&c->slot->rx_bytes, n, memory_order_relaxed);
-		after_consume(c, fd, sh->peer_prod_seen);
+		struct rx_at at;
+		long took;
+
+		/* the run peeked is still there: the lock was held meanwhile */
+		rx_at_load(sh, &at);
+		took = rx_take(c, NULL, 0, 0, &at, sh->peer_prod_seen, n);
+		if (took > 0)
+			rx_took(c, fd, &at, sh->peer_prod_seen, (size_t)took);
 	}
 	sh_unlock(&sh->rx_lock);
 }
@@ -491,24 +655,35 @@ void rx_release(struct conn *c)
 	sh_unlock(&c->sh->rx_lock);
 }
 
+/* Unread bytes of the stream from our position, the producer at @prod. */
+static uint32_t rx_unread(struct conn *c, uint64_t prod)
+{
+	struct rx_at at;
+	long n;
+
+	rx_at_load(c->sh, &at);
+	n = rx_take(c, NULL, 0, 0, &at, prod, UINT32_MAX);
+	return n > 0 ? (uint32_t)n : 0;
+}
+
 uint32_t rx_available(struct conn *c)
 {
 	struct conn_shared *sh = c->sh;
-	uint64_t prod, cons;
+	uint64_t prod;
 	uint32_t n = 0;
 
 	if (atomic_load_explicit(&c->rx_hold.thread, memory_order_relaxed)) {
 		/* a peek keeps the receive lock, maybe for long (maybe this
 		 * thread's): count without it - only the peek's consume moves
-		 * our cursor meanwhile */
+		 * our position meanwhile */
 		prod = atomic_load_explicit(&c->rx->prod, memory_order_acquire);
-		cons = __atomic_load_n(&sh->cons, __ATOMIC_RELAXED);
-		return ring_prod_valid(cons, __atomic_load_n(&sh->peer_prod_seen, __ATOMIC_RELAXED),
-		                       prod, c->rx_size) ? (uint32_t)(prod - cons) : 0;
+		return ring_prod_valid(__atomic_load_n(&sh->cons, __ATOMIC_RELAXED),
+		                       __atomic_load_n(&sh->peer_prod_seen, __ATOMIC_RELAXED),
+		                       prod, c->rx_size) ? rx_unread(c, prod) : 0;
 	}
 	sh_lock(&sh->rx_lock);
 	if (rx_peer_prod(c, &prod) == 0)
-		n = (uint32_t)(prod - sh->cons);
+		n = rx_unread(c, prod);
 	sh_unlock(&sh->rx_lock);
 	return n;
 }

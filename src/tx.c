@@ -95,7 +95,8 @@ static long tx_space(struct conn *c, int fd, uint32_t want, int dontwait)
 	}
 }
 
-static void tx_publish(struct conn *c, int fd, uint32_t n)
+/* Publish @n more bytes of ring, standing for @bytes of the stream. */
+static void tx_publish_as(struct conn *c, int fd, uint32_t n, uint64_t bytes)
 {
 	struct conn_shared *sh = c->sh;
 
@@ -103,10 +104,15 @@ static void tx_publish(struct conn *c, int fd, uint32_t n)
 	atomic_store_explicit(&c->tx->prod, sh->prod, memory_order_seq_cst);
 	conn_count_call(c);
 	if (c->slot) {
-		atomic_fetch_add_explicit(&c->slot->tx_bytes, n, memory_order_relaxed);
+		atomic_fetch_add_explicit(&c->slot->tx_bytes, bytes, memory_order_relaxed);
 		c->slot->tx_fill = (uint32_t)(sh->prod - sh->peer_cons_seen);
 	}
 	bell_after_produce(c, fd);
+}
+
+static void tx_publish(struct conn *c, int fd, uint32_t n)
+{
+	tx_publish_as(c, fd, n, n);
 }
 
 static ssize_t tx_finish(ssize_t done, long err, int flags)
@@ -269,6 +275,37 @@ ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t cou
 	if (done == 0 && space > 0)
 		return 0;           /* end of file */
 	return tx_finish((ssize_t)done, space, MSG_NOSIGNAL);
+}
+
+long long tx_send_ref(struct conn *c, int fd, uint32_t off, uint32_t len, int dontwait)
+{
+	struct conn_shared *sh = c->sh;
+	struct ring_ref *e;
+	uint64_t end;
+	long space;
+
+	if (io_hold_mine(&c->tx_hold))
+		return -EDEADLK;        /* a claim of this thread is not committed */
+	dontwait = dontwait || atomic_load_explicit(&sh->nonblock, memory_order_relaxed);
+	if (io_lock(&sh->tx_lock, &c->tx_hold, dontwait) < 0)
+		return 0;               /* another thread's claim: would block */
+	space = tx_space(c, fd, 1, dontwait);
+	if (space <= 0) {
+		sh_unlock(&sh->tx_lock);
+		return space;
+	}
+	/* the entry first, then its count, then the placeholder's byte: a
+	 * reader that sees the byte produced sees the reference (ring.h) */
+	e = &c->tx->ref[sh->ref_prod % RING_REFS];
+	atomic_store_explicit(&e->pos, sh->prod, memory_order_relaxed);
+	atomic_store_explicit(&e->off, off, memory_order_relaxed);
+	atomic_store_explicit(&e->len, len, memory_order_relaxed);
+	atomic_store_explicit(&c->tx->ref_prod, ++sh->ref_prod, memory_order_release);
+	ring_data(c->tx)[sh->prod & (c->tx_size - 1)] = 0;
+	end = sh->ref_end = sh->prod + 1;
+	tx_publish_as(c, fd, 1, len);
+	sh_unlock(&sh->tx_lock);
+	return (long long)end;
 }
 
 uint32_t tx_unacked(struct conn *c)

@@ -54,6 +54,22 @@ int ring_cons_valid(uint64_t last_cons, uint64_t peer_cons, uint64_t prod)
 	return peer_cons - last_cons <= prod - last_cons;
 }
 
+enum ref_state ring_ref_check(uint64_t pos, uint32_t off, uint32_t len, uint64_t cons,
+                              uint32_t skip, uint64_t prod, uint64_t pool_len)
+{
+	if (skip && pos != cons)
+		return REF_BAD;         /* we are inside the reference at @cons */
+	if (pos - cons >= prod - cons)
+		/* at or past the producer (honest: the placeholder is being
+		 * written), or behind our cursor (wrapped: forged) */
+		return pos - cons <= (uint64_t)RING_MAX_SIZE ? REF_LATER : REF_BAD;
+	if (pos != cons)
+		return REF_AHEAD;
+	if (len == 0 || skip >= len || (uint64_t)off + len > pool_len)
+		return REF_BAD;
+	return REF_HERE;
+}
+
 void ring_copy_in(uint8_t *data, uint32_t size, uint64_t pos, const void *src, size_t len)
 {
 	size_t first = ring_contig(size, pos, len);

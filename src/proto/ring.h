@@ -29,6 +29,8 @@
 #define RING_MIN_SIZE   (16u << 10)
 #define RING_MAX_SIZE   (16u << 20)
 #define BELL_LOG        32u            /* doorbell values remembered */
+#define RING_REFS       64u            /* pool references unconsumed at most */
+#define POOL_MAX_LEN    (1u << 30)     /* the largest pool a reader maps */
 
 /* Flags the owner raises about the data it sends. */
 #define RING_F_SHUTDOWN 1u   /* no data after fin_prod (shutdown(SHUT_WR)) */
@@ -44,6 +46,7 @@ struct ring_hdr {
 	_Alignas(64) _Atomic uint64_t prod;
 	_Atomic uint64_t fin_prod;
 	_Atomic uint32_t flags;
+	_Atomic uint64_t ref_prod;          /* pool references the owner sent (ref[]) */
 	/* consumer line: the owner's progress on the peer's stream */
 	_Alignas(64) _Atomic uint64_t cons;
 	_Atomic uint32_t write_blocked;     /* owner waits for space: drain bells */
@@ -56,10 +59,20 @@ struct ring_hdr {
 	_Atomic uint32_t futex_take;        /* owner sleeps on wake_seq in a read that
 	                                       takes up to this many bytes (0: not) */
 	_Atomic uint32_t wake_seq;          /* futex word: the writer bumps it to wake */
+	_Atomic uint32_t pool_ack;          /* 1: the owner mapped the peer's pool, so
+	                                       the peer may send references (pool.c) */
 	/* doorbells the owner sent (value = owner's prod when it rang) */
 	_Alignas(64) _Atomic uint64_t bell_seq;
 	_Atomic uint64_t bells_drained;     /* doorbells the owner consumed */
 	_Atomic uint64_t bell_val[BELL_LOG];
+	/* pool references (ref_prod counts them): reference i stands in the
+	 * stream at the one placeholder byte at ref[i % RING_REFS].pos, for the
+	 * @len bytes at offset @off of the owner's pool (rx.c reads them) */
+	_Alignas(64) struct ring_ref {
+		_Atomic uint64_t pos;
+		_Atomic uint32_t off;
+		_Atomic uint32_t len;
+	} ref[RING_REFS];
 	/* client->server ring only: the offer word of the inbox handshake (inbox.h,
 	 * states OFFER_* below) */
 	_Alignas(64) _Atomic uint32_t offer;
@@ -138,6 +151,22 @@ static inline void ring_pieces(uint8_t *data, uint32_t size, uint64_t pos, size_
 	iov[0] = (struct iovec){ data + (pos & (size - 1)), run };
 	iov[1] = (struct iovec){ data, len - run };
 }
+
+/*
+ * Where a pool reference read from the peer leaves a reader at stream
+ * position @cons (with @skip bytes of the reference at @cons taken
+ * already), the peer's producer at @prod and its pool @pool_len bytes long
+ * (0: none mapped).  The reference's fields are the caller's copy, read
+ * once.
+ */
+enum ref_state {
+	REF_LATER,      /* its placeholder is not produced yet: plain bytes up to @prod */
+	REF_AHEAD,      /* plain bytes up to its placeholder, then the reference */
+	REF_HERE,       /* the reference is next: @len - @skip bytes at @off + @skip */
+	REF_BAD,        /* forged: before our cursor, empty, or outside the pool */
+};
+enum ref_state ring_ref_check(uint64_t pos, uint32_t off, uint32_t len, uint64_t cons,
+                              uint32_t skip, uint64_t prod, uint64_t pool_len);
 
 /* States of the offer word (ring_hdr.offer of the client->server ring): the
  * server takes or declines an inbox offer by swapping it (inbox.h). */

@@ -41,8 +41,8 @@ core="src/proto/ring.c src/proto/clc.c src/proto/reason.c src/proto/config.c
 # the rest each harness needs
 extra_sources() {
 	case $1 in
-	fuzz_ring)   echo "src/rx.c src/tx.c src/bell.c" ;;
-	fuzz_region) echo "src/region.c src/conn.c src/fdtab.c src/shared.c" ;;
+	fuzz_ring)   echo "src/rx.c src/tx.c src/bell.c src/peerpool.c" ;;
+	fuzz_region) echo "src/region.c src/conn.c src/fdtab.c src/shared.c src/peerpool.c" ;;
 	esac
 }
 

@@ -116,6 +116,40 @@ static void test_header(void)
 	CHECK(ring_hdr_check(h, 64 << 10) != 0);
 }
 
+/* A pool reference read from a hostile peer: only what names our pool and
+ * lies ahead of our cursor, within what was produced, is ever used. */
+static void test_ref_check(void)
+{
+	const uint64_t pool = 1 << 20;
+	uint64_t cons = 1000, prod = 1100;
+
+	/* next in line, whole, partly taken */
+	CHECK(ring_ref_check(1000, 0, 4096, cons, 0, prod, pool) == REF_HERE);
+	CHECK(ring_ref_check(1000, 0, 4096, cons, 4095, prod, pool) == REF_HERE);
+	CHECK(ring_ref_check(1000, pool - 4096, 4096, cons, 0, prod, pool) == REF_HERE);
+	/* plain bytes first; its placeholder not produced yet */
+	CHECK(ring_ref_check(1050, 0, 4096, cons, 0, prod, pool) == REF_AHEAD);
+	CHECK(ring_ref_check(1100, 0, 4096, cons, 0, prod, pool) == REF_LATER);
+	/* forged: behind us, absurdly far ahead, empty, out of the pool,
+	 * overflowing offset + length, no pool mapped, taken past its end */
+	CHECK(ring_ref_check(999, 0, 4096, cons, 0, prod, pool) == REF_BAD);
+	CHECK(ring_ref_check(cons + (1ull << 40), 0, 1, cons, 0, prod, pool) == REF_BAD);
+	CHECK(ring_ref_check(1000, 0, 0, cons, 0, prod, pool) == REF_BAD);
+	CHECK(ring_ref_check(1000, pool - 4095, 4096, cons, 0, prod, pool) == REF_BAD);
+	CHECK(ring_ref_check(1000, UINT32_MAX, UINT32_MAX, cons, 0, prod, pool) == REF_BAD);
+	CHECK(ring_ref_check(1000, 0, 4096, cons, 0, prod, 0) == REF_BAD);
+	CHECK(ring_ref_check(1000, 0, 4096, cons, 4096, prod, pool) == REF_BAD);
+	/* we are inside a reference at our cursor: it cannot have moved */
+	CHECK(ring_ref_check(1050, 0, 4096, cons, 10, prod, pool) == REF_BAD);
+	CHECK(ring_ref_check(1100, 0, 4096, cons, 10, prod, pool) == REF_BAD);
+	/* cursors near the 2^64 wrap */
+	cons = UINT64_MAX - 10;
+	prod = cons + 100;
+	CHECK(ring_ref_check(cons, 0, 10, cons, 0, prod, pool) == REF_HERE);
+	CHECK(ring_ref_check(cons + 20, 0, 10, cons, 0, prod, pool) == REF_AHEAD);
+	CHECK(ring_ref_check(cons - 1, 0, 10, cons, 0, prod, pool) == REF_BAD);
+}
+
 int main(void)
 {
 	test_sizes();
@@ -124,5 +158,6 @@ int main(void)
 	test_space();
 	test_copy_wrap();
 	test_header();
+	test_ref_check();
 	return check_report("test_ring");
 }
