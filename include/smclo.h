@@ -45,7 +45,16 @@
  * Errors: every function returns -1 and sets errno on failure, as socket
  * calls do.  A bad argument is EINVAL, never a crash.
  *
- * Man pages: smclo_send_claim(3), smclo_recv_peek(3).  The model and the
+ *   - A buffer pool (smclo_pool_create()) takes the other copy away as
+ *     well, for large messages: the sender fills buffers of its pool, which
+ *     the peer maps read-only, and a send passes a reference to the buffer
+ *     through the ring.  The receiver reads the bytes in place (a peek says
+ *     SMCLO_VIA_POOL) or with read() (a copy, as from the ring); consuming
+ *     them releases the buffer.  As io_uring's zero-copy send, each send
+ *     completes twice: the request, then a notification once the buffer
+ *     may be written again (smclo_reap(), pollable with smclo_pool_fd()).
+ *
+ * Man pages: smclo_send_claim(3), smclo_recv_peek(3), smclo_pool_create(3).  The model and the
  * measured figures: docs/api.md.
  */
 #ifndef SMCLO_H
@@ -62,6 +71,7 @@ extern "C" {
 /* How the bytes of a claim or a peek travel. */
 #define SMCLO_VIA_RING 1        /* in place, in the connection's shared ring */
 #define SMCLO_VIA_COPY 2        /* through library memory and the TCP socket */
+#define SMCLO_VIA_POOL 3        /* in place, in a buffer of the sender's pool */
 
 /* Flags. */
 #define SMCLO_DONTWAIT 0x1      /* never wait: EAGAIN instead (the probe form) */
@@ -144,6 +154,108 @@ ssize_t smclo_recv_peek(int fd, size_t min, struct smclo_span *span, int flags);
  * thread read them).
  */
 int smclo_recv_consume(int fd, size_t n);
+
+/* ---- buffer pools: zero-copy sends with completions -------------------- */
+
+/*
+ * A pool belongs to one connection and to the process that made it: its
+ * memory is a memfd this process maps read-write, sealed so that no other
+ * process can map it writable, handed to the peer (and to no third process)
+ * with the connection's first doorbell after its creation.  Until the peer
+ * has mapped it - and always on TCP - a send copies the buffer's bytes
+ * into the ring (or the socket) and its notification says
+ * SMCLO_CQE_F_COPIED: the calls work everywhere, only the copy differs.
+ */
+struct smclo_pool;
+
+#define SMCLO_POOL_BUFS_MAX 64          /* buffers of one pool, at most */
+#define SMCLO_POOL_MAX (1u << 30)       /* bytes of one pool, at most */
+
+/* Completion flags (struct smclo_cqe.flags). */
+#define SMCLO_CQE_F_MORE      0x1   /* request: a notification will follow */
+#define SMCLO_CQE_F_NOTIF     0x2   /* notification: buffers free again */
+#define SMCLO_CQE_F_COPIED    0x4   /* notification: the bytes were copied */
+#define SMCLO_CQE_F_RECLAIMED 0x8   /* notification: the peer went away first */
+
+/*
+ * One completion.  Every send that succeeds gives two, in this order: the
+ * request's (@res the bytes sent, SMCLO_CQE_F_MORE set) and, once the peer
+ * is done with the buffer, its notification (SMCLO_CQE_F_NOTIF, @res 0).
+ * Notifications of consecutive sends that come together are merged into
+ * one: @count sends from the one whose @user_data it carries.  A send
+ * that fails completes only through its return value, and its buffer stays
+ * the program's.
+ */
+struct smclo_cqe {
+	unsigned long long user_data;
+	long long res;
+	unsigned int flags;     /* SMCLO_CQE_F_* */
+	unsigned int count;     /* sends covered: 1, or more for a merged notification */
+};
+
+/*
+ * Make a pool of @nbufs buffers (1..SMCLO_POOL_BUFS_MAX) of @buf_size bytes
+ * (rounded up to pages; SMCLO_POOL_MAX in all at most) for connected TCP
+ * socket @fd; @flags is 0.  Returns the pool, or NULL with errno:
+ *   EINVAL        sizes out of range, or @flags not 0
+ *   EBUSY         @fd already had a pool (one per connection, for its life)
+ *   ENOMEM, EMFILE, ENFILE   no memory or descriptors for it
+ *   EBADF, ENOTSOCK, ENOTCONN, EOPNOTSUPP, EPIPE   as for a claim
+ */
+struct smclo_pool *smclo_pool_create(int fd, size_t buf_size, unsigned nbufs, int flags);
+
+/*
+ * A free buffer of @p, of the pool's buffer size, to fill and send; never
+ * waits.  NULL with errno ENOBUFS when every buffer is out (handed out, or
+ * sent and its notification not reaped yet: a peer that never reads cannot
+ * make the pool grow), EPERM in a process that did not make the pool.
+ */
+void *smclo_pool_get(struct smclo_pool *p);
+
+/* Give back an unsent buffer got from @p.  0, or -1/EINVAL. */
+int smclo_pool_put(struct smclo_pool *p, void *buf);
+
+/*
+ * Send the first @len bytes (1..buffer size) of @buf, a buffer got from @p
+ * and not sent since, on the pool's connection, after everything sent on
+ * it before.  Waits for room unless @flags has SMCLO_DONTWAIT or the
+ * descriptor is non-blocking.  The buffer is the library's until its
+ * notification is reaped: do not write it meanwhile (the peer may be
+ * reading it in place).  Returns @len, or -1 with errno (the buffer then
+ * stays the program's, and nothing is queued):
+ *   EAGAIN, EINTR, EPIPE, ECONNRESET   as for send()
+ *   EINVAL        @buf not an unsent buffer of @p, @len out of range, or
+ *                 unknown @flags
+ *   EBADF         the pool's descriptor was closed (or now names another file)
+ *   EDEADLK       this thread holds a claim on the connection
+ *   EPERM         a process that did not make the pool
+ * On a non-blocking TCP socket or a copy into a full ring it may send part
+ * of the buffer, as send() does: the count is returned and completed.
+ */
+ssize_t smclo_pool_send(struct smclo_pool *p, void *buf, size_t len,
+                        unsigned long long user_data, int flags);
+
+/*
+ * Move up to @max completions of @p into @cqes; never waits.  Returns how
+ * many (0: none now), or -1 with errno EINVAL or EPERM.  A reaped
+ * notification gives its buffers back to the pool.  When the peer closed or
+ * went away, every buffer still out is notified with SMCLO_CQE_F_RECLAIMED.
+ */
+int smclo_reap(struct smclo_pool *p, struct smclo_cqe *cqes, unsigned max);
+
+/*
+ * A descriptor that polls readable when smclo_reap() may have something
+ * (the peer released a buffer, a copied send completed, the peer went
+ * away); owned by the pool.  -1/EINVAL for a NULL pool.
+ */
+int smclo_pool_fd(struct smclo_pool *p);
+
+/*
+ * Free @p: its memory is unmapped here (the peer keeps what it mapped
+ * until it is done) and its buffers are gone, outstanding or not.  The
+ * connection stays open, without a pool.  0, or -1/EINVAL.
+ */
+int smclo_pool_destroy(struct smclo_pool *p);
 
 /*
  * How connected TCP socket @fd carries bytes now: SMCLO_VIA_RING or

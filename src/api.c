@@ -17,6 +17,7 @@
  * since reaches nothing.
  */
 #include "smclo.h"
+#include "api.h"
 #include "fdtab.h"
 
 #include "handshake.h"
@@ -98,13 +99,18 @@ static void hold_end(struct hold *h);
  */
 static int hold_names(const struct hold *h)
 {
+	return api_names(h->fd, h->c, h->dev, h->ino);
+}
+
+int api_names(int fd, struct conn *c, dev_t dev, ino_t ino)
+{
 	struct stat st;
 
-	if (h->c) {
-		struct fd_entry *e = fd_entry(h->fd);
-		return e && atomic_load_explicit(&e->conn, memory_order_relaxed) == h->c;
+	if (c) {
+		struct fd_entry *e = fd_entry(fd);
+		return e && atomic_load_explicit(&e->conn, memory_order_relaxed) == c;
 	}
-	return fstat(h->fd, &st) == 0 && st.st_dev == h->dev && st.st_ino == h->ino;
+	return fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
 }
 
 /* Forget a hold that no longer names its connection (or is a fork parent's),
@@ -172,7 +178,7 @@ static void hold_end(struct hold *h)
 	h->len = 0;
 }
 
-static int fail(int err)
+int api_fail(int err)
 {
 	errno = err;
 	return -1;
@@ -212,7 +218,7 @@ static int not_tcp(int fd, int for_send)
  * decided; NULL with *@err 0 for a TCP socket the copy path can serve, or
  * with *@err set (not_tcp) for one it cannot.
  */
-static struct conn *api_conn(int fd, int for_send, int *err)
+struct conn *api_conn(int fd, int for_send, int *err)
 {
 	struct conn *c = smclo_active && fd_has_conn(fd) ? conn_get(fd) : NULL;
 
@@ -251,12 +257,17 @@ static void span_of_stage(struct smclo_span *span, struct hold *h, size_t len)
 	span->via = SMCLO_VIA_COPY;
 }
 
-static void span_of_ring(struct smclo_span *span, const struct iovec iov[2], size_t len)
+/* A claim or peek in place: in @c's ring, or (a peek) in the peer's pool. */
+static void span_of_ring(struct smclo_span *span, const struct conn *c, const struct iovec iov[2],
+                         size_t len)
 {
+	const uint8_t *at = iov[0].iov_base;
+
 	span->iov[0] = iov[0];
 	span->iov[1] = iov[1];
 	span->len = len;
-	span->via = SMCLO_VIA_RING;
+	span->via = c->rx_pool && at >= c->rx_pool && at < c->rx_pool + c->rx_pool_len
+	            ? SMCLO_VIA_POOL : SMCLO_VIA_RING;
 }
 
 /* Wait (@timeout ms, -1 for ever) until @fd reports @events; 1, 0, -errno. */
@@ -312,7 +323,7 @@ static ssize_t hold_settle(struct hold *h, struct conn *c, ssize_t r)
 		if (c)
 			conn_put(c);
 		h->fd = -1;
-		return r < 0 ? fail((int)-r) : 0;
+		return r < 0 ? api_fail((int)-r) : 0;
 	}
 	h->c = c;
 	h->len = (size_t)r;
@@ -374,9 +385,9 @@ EXPORT ssize_t smclo_send_claim(int fd, size_t min, struct smclo_span *span, int
 	ssize_t r;
 
 	if (!span || (flags & ~SMCLO_DONTWAIT))
-		return fail(EINVAL);
+		return api_fail(EINVAL);
 	if ((r = hold_begin(fd, TX, &h, &c)) < 0)
-		return fail((int)-r);
+		return api_fail((int)-r);
 	if (!c) {
 		r = claim_copy(h, fd, min, span, dontwait || nonblocking(fd));
 	} else {
@@ -384,7 +395,7 @@ EXPORT ssize_t smclo_send_claim(int fd, size_t min, struct smclo_span *span, int
 		if (r == 0)
 			r = -EAGAIN;
 		if (r > 0)
-			span_of_ring(span, iov, (size_t)r);
+			span_of_ring(span, c, iov, (size_t)r);
 	}
 	return hold_settle(h, c, r);
 }
@@ -401,18 +412,20 @@ static int sock_timeout_ms(int fd, int opt)
 }
 
 /*
- * Send the @n staged bytes as a send() of them would: all of them, waiting
- * for socket space - but on a non-blocking socket, when SO_SNDTIMEO expires,
- * or when a signal without SA_RESTART comes, the count sent so far (or
- * -EAGAIN / -EINTR if none), as send() returns it.
+ * Send the @n staged bytes as a send() of them would (api_send_all).
  */
 static ssize_t commit_copy(struct hold *h, int fd, size_t n)
+{
+	return api_send_all(fd, h->stage, n);
+}
+
+ssize_t api_send_all(int fd, const void *buf, size_t n)
 {
 	int nonblock = nonblocking(fd), timeo = -1;
 	size_t done = 0;
 
 	while (done < n) {
-		ssize_t w = sys_send(fd, h->stage + done, n - done, MSG_NOSIGNAL);
+		ssize_t w = sys_send(fd, (const char *)buf + done, n - done, MSG_NOSIGNAL);
 		int r;
 
 		if (w > 0) {
@@ -438,7 +451,7 @@ EXPORT ssize_t smclo_send_commit(int fd, size_t n, int flags)
 	ssize_t r = (ssize_t)n;
 
 	if (!h || n > h->len || flags)
-		return fail(EINVAL);
+		return api_fail(EINVAL);
 	if (!h->c)
 		r = commit_copy(h, fd, n);
 	else if (io_hold_mine(&h->c->tx_hold))
@@ -446,7 +459,7 @@ EXPORT ssize_t smclo_send_commit(int fd, size_t n, int flags)
 	else
 		r = -EPIPE;             /* given up by this thread's shutdown(SHUT_WR) */
 	hold_end(h);
-	return r < 0 ? fail((int)-r) : r;
+	return r < 0 ? api_fail((int)-r) : r;
 }
 
 EXPORT int smclo_send_abort(int fd)
@@ -454,7 +467,7 @@ EXPORT int smclo_send_abort(int fd)
 	struct hold *h = hold_find(fd, TX);
 
 	if (!h)
-		return fail(EINVAL);
+		return api_fail(EINVAL);
 	if (h->c && io_hold_mine(&h->c->tx_hold))
 		tx_abort(h->c);
 	hold_end(h);
@@ -557,15 +570,15 @@ EXPORT ssize_t smclo_recv_peek(int fd, size_t min, struct smclo_span *span, int 
 	ssize_t r;
 
 	if (!span || (flags & ~SMCLO_DONTWAIT))
-		return fail(EINVAL);
+		return api_fail(EINVAL);
 	if ((r = hold_begin(fd, RX, &h, &c)) < 0)
-		return fail((int)-r);
+		return api_fail((int)-r);
 	if (!c) {
 		r = peek_copy(h, fd, min ? min : 1, span, dontwait || nonblocking(fd));
 	} else {
 		r = rx_peek(c, fd, min, iov, dontwait);
 		if (r > 0)
-			span_of_ring(span, iov, (size_t)r);
+			span_of_ring(span, c, iov, (size_t)r);
 	}
 	if (r == 0)             /* the end of the stream: an empty span */
 		*span = (struct smclo_span){ .via = c ? SMCLO_VIA_RING : SMCLO_VIA_COPY };
@@ -594,7 +607,7 @@ EXPORT int smclo_recv_consume(int fd, size_t n)
 	int r = 0;
 
 	if (!h || n > h->len)
-		return fail(EINVAL);
+		return api_fail(EINVAL);
 	if (!h->c)
 		r = consume_copy(fd, n);
 	else if (io_hold_mine(&h->c->rx_hold))
@@ -602,7 +615,7 @@ EXPORT int smclo_recv_consume(int fd, size_t n)
 	else
 		r = -EPIPE;             /* given up meanwhile (the peek is not ours) */
 	hold_end(h);
-	return r < 0 ? fail(-r) : 0;
+	return r < 0 ? api_fail(-r) : 0;
 }
 
 /* ---- about the connection ----------------------------------------------- */
@@ -616,7 +629,7 @@ EXPORT int smclo_via(int fd)
 		conn_put(c);
 		return SMCLO_VIA_RING;
 	}
-	return err ? fail(err) : SMCLO_VIA_COPY;
+	return err ? api_fail(err) : SMCLO_VIA_COPY;
 }
 
 EXPORT const char *smclo_version(void)

@@ -65,6 +65,9 @@ struct ring_hdr {
 	_Alignas(64) _Atomic uint64_t bell_seq;
 	_Atomic uint64_t bells_drained;     /* doorbells the owner consumed */
 	_Atomic uint64_t bell_val[BELL_LOG];
+	/* client->server ring only: the offer word of the inbox handshake (inbox.h,
+	 * states OFFER_* below) */
+	_Alignas(64) _Atomic uint32_t offer;
 	/* pool references (ref_prod counts them): reference i stands in the
 	 * stream at the one placeholder byte at ref[i % RING_REFS].pos, for the
 	 * @len bytes at offset @off of the owner's pool (rx.c reads them) */
@@ -73,9 +76,6 @@ struct ring_hdr {
 		_Atomic uint32_t off;
 		_Atomic uint32_t len;
 	} ref[RING_REFS];
-	/* client->server ring only: the offer word of the inbox handshake (inbox.h,
-	 * states OFFER_* below) */
-	_Alignas(64) _Atomic uint32_t offer;
 };
 
 _Static_assert(sizeof(struct ring_hdr) <= RING_HDR_SIZE, "ring header too big");

@@ -1,0 +1,32 @@
+/*
+ * api.h - what the native API's files (api.c: claims and peeks, pool.c:
+ * buffer pools) share: finding the connection behind a descriptor, telling
+ * whether a descriptor still names it, and sending a buffer whole.
+ */
+#ifndef SMCLO_API_H
+#define SMCLO_API_H
+
+#include "conn.h"
+
+#include <sys/types.h>
+
+/* errno := @err; -1. */
+int api_fail(int err);
+/*
+ * The accelerated connection behind @fd, referenced, with its handshake
+ * decided; NULL with *@err 0 for a TCP socket the copy path can serve, or
+ * with *@err set for one it cannot (ENOTSOCK, EBADF, EOPNOTSUPP, ENOTCONN,
+ * EPIPE).
+ */
+struct conn *api_conn(int fd, int for_send, int *err);
+/* Does @fd still name @c (or, for the TCP path, @c NULL, the file @dev/@ino)? */
+int api_names(int fd, struct conn *c, dev_t dev, ino_t ino);
+/*
+ * Send @n bytes on the TCP socket @fd as a send() of them would: all of
+ * them, waiting for room - but on a non-blocking socket, when SO_SNDTIMEO
+ * expires, or when a signal without SA_RESTART comes, the count sent so far
+ * (or -EAGAIN / -EINTR if none).  Returns the count or -errno.
+ */
+ssize_t api_send_all(int fd, const void *buf, size_t n);
+
+#endif
