@@ -4,7 +4,12 @@ library), then abuses what it was given.  Layouts follow clc.h and ring.h.
     hostile.py server REGISTRY PORT ATTACK   pose as an smclo server
     hostile.py client REGISTRY PORT ATTACK   pose as an smclo client
 
-ATTACK (server): prod      - publish an impossible producer cursor, ring
+ATTACK (server): pool-valid    - hand over a sealed pool, then one honest
+                                 reference to "hello" in it (the control)
+                 pool-forged   - the same pool, then a reference past its end
+                 pool-unsealed - a pool that could shrink, then a reference
+                                 to it anyway
+                 prod      - publish an impossible producer cursor, ring
                  stale-bell - send a byte, then (once it is read) a doorbell
                               for it again, then a second byte: an honest
                               peer's doorbell that arrived late
@@ -193,6 +198,8 @@ def server(reg, port, attack):
         poke(region, down_hdr + 128, "<Q", 1 << 40)       # consumed more than sent
     elif attack == "stale-bell":
         return stale_bell(region, down_hdr, mine, lock)
+    elif attack.startswith("pool-"):
+        return pool_attack(region, down_hdr, mine, lock, attack)
     mine.send(b"")                                        # ring
     time.sleep(3)
     os.close(lock)
@@ -223,6 +230,40 @@ def stale_bell(region, down_hdr, mine, lock):
     poke(region, down_hdr + 64, "<Q", 2)
     ring(2, 2)
     time.sleep(5)
+    os.close(lock)
+
+
+# ring.h: ref_prod, pool_ack, ref[] (16 bytes each) within a ring header
+REF_PROD, POOL_ACK, REFS = 88, 160, 576
+F_ADD_SEALS, F_SEAL_SEAL, F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_FUTURE_WRITE = 1033, 1, 2, 4, 16
+
+
+def pool_attack(region, down_hdr, mine, lock, attack):
+    """Hand the client a pool with a doorbell, as smclo's pool.c does, wait
+    for its acknowledgement, then put one reference into our stream."""
+    pool = os.memfd_create("hostile-pool", os.MFD_ALLOW_SEALING)
+    os.ftruncate(pool, 65536)
+    os.pwrite(pool, b"hello", 0)
+    if attack != "pool-unsealed":
+        fcntl.fcntl(pool, F_ADD_SEALS,
+                    F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
+    wake = os.eventfd(0)
+    poke(region, down_hdr + 208, "<Q", 0)                 # bell_val[0]: producer 0
+    poke(region, down_hdr + 192, "<Q", 1)                 # bell_seq
+    socket.send_fds(mine, [b""], [pool, wake])
+    deadline = time.time() + 3
+    while struct.unpack_from("<I", region, POOL_ACK)[0] != 1 and time.time() < deadline:
+        time.sleep(0.01)                                  # the client's pool_ack
+    print("ack", struct.unpack_from("<I", region, POOL_ACK)[0], flush=True)
+    off = 65536 - 3 if attack == "pool-forged" else 0     # 5 bytes: 2 past the end
+    struct.pack_into("<QII", region, down_hdr + REFS, 0, off, 5)
+    poke(region, down_hdr + REF_PROD, "<Q", 1)
+    region[down_hdr + HDR] = 0                            # the placeholder byte
+    poke(region, down_hdr + 64, "<Q", 1)                  # producer cursor
+    poke(region, down_hdr + 208 + 8, "<Q", 1)             # bell_val[1]
+    poke(region, down_hdr + 192, "<Q", 2)
+    mine.send(b"")
+    time.sleep(3)
     os.close(lock)
 
 

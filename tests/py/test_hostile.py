@@ -96,6 +96,24 @@ def test_late_doorbell_keeps_oneshot_armed(reg, procs):
     assert reg.stats()["accelerated_client"] == 1
 
 
+@pytest.mark.parametrize("attack,ack,outcome", [
+    ("pool-valid", "1", "read 5"),
+    ("pool-forged", "1", "error ConnectionResetError"),
+    ("pool-unsealed", "0", "error ConnectionResetError"),
+])
+def test_server_sends_pool_references(reg, procs, attack, ack, outcome):
+    """A peer's pool (the native API's zero-copy sends) is taken only when
+    sealed against shrinking; a reference is followed only into the pool
+    mapped and only inside it: a forged one, or one to a pool refused,
+    resets the connection - nothing is read outside the pool.  The honest
+    reference (pool-valid) shows the attacks speak the layout right."""
+    srv, port = start_hostile_server(reg, procs, attack)
+    r = run_victim(reg, port, "read")
+    assert r.returncode == 0 and r.stdout.strip() == outcome, r.stdout + r.stderr
+    assert srv.stdout.readline().strip() == "confirmed"
+    assert srv.stdout.readline().strip() == "ack " + ack
+
+
 def test_server_publishes_impossible_consumer_cursor(reg, procs):
     srv, port = start_hostile_server(reg, procs, "cons")
     r = run_victim(reg, port, "send")

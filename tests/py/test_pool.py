@@ -1,0 +1,125 @@
+"""Buffer pools of the native API (include/smclo.h, src/pool.c) on every
+kind of connection.
+
+tests/progs/pool_peer.c holds the scenarios (the server checks every byte at
+its offset, the client every completion); this file runs both ends over:
+  ring      two programs linked with -lsmclo, no `smclo run`: sends go by
+            reference and the server peeks them in the pool (via=pool)
+  run       the same under `smclo run`
+  copy      smclo disabled at both ends: every send copied, and notified at
+            once with SMCLO_CQE_F_COPIED
+  plain     a server without smclo against a client with it
+  netns     the two ends in two network namespaces over a veth
+"""
+import signal
+import subprocess
+
+import pytest
+
+from conftest import SMCLO, TESTBIN, VETH_NET, Registry, free_port
+
+PEER = str(TESTBIN / "pool_peer")
+SCENARIOS = ["bulk", "hold", "fork", "errors"]
+
+
+def start_server(procs, env, host, port, scenario, wrap=()):
+    srv = procs.start(list(wrap) + [PEER, "serve", host, str(port), scenario], env,
+                      smclo=False, text=True)
+    assert srv.stdout.readline().strip() == "ready", srv.stderr.read()
+    return srv
+
+
+def run_pair(procs, scenario, srv_env, cli_env, srv_wrap=(), cli_wrap=(), host="127.0.0.1",
+             listen="127.0.0.1", server_dies=False):
+    port = free_port()
+    srv = start_server(procs, srv_env, listen, port, scenario, srv_wrap)
+    cli = subprocess.run(list(cli_wrap) + [PEER, "connect", host, str(port), scenario],
+                         env=cli_env, capture_output=True, text=True, timeout=120)
+    out, err = srv.communicate(timeout=120)
+    assert cli.returncode == 0, "client: " + cli.stdout + cli.stderr + "\nserver: " + out + err
+    if server_dies:
+        assert srv.returncode == -signal.SIGKILL, out + err
+    else:
+        assert srv.returncode == 0, "server: " + out + err + "\nclient: " + cli.stdout
+    return fields(cli.stdout.strip().splitlines()[-1]), fields(out.strip().splitlines()[-1])
+
+
+def fields(line):
+    assert line.startswith(("ok", "holding")), line
+    return {k: (int(v) if v.isdigit() else v)
+            for k, v in (f.split("=", 1) for f in line.split()[1:] if "=" in f)}
+
+
+def plain_env(reg):
+    return dict(reg.env, SMCLO_DISABLE="1")
+
+
+def assert_by_reference(cli, srv):
+    assert cli["via"] == "ring" and srv["via"] == "ring", (cli, srv)
+    assert cli["copied"] == 0 and cli["refs"] == cli["sent"] > 0, cli
+    assert cli["reclaimed"] == 0, cli
+
+
+def assert_copied(cli, srv):
+    assert cli["via"] == "copy", cli
+    assert cli["copied"] == cli["sent"] > 0 and cli["refs"] == 0, cli
+    assert srv.get("pool_peeks", 0) == 0, srv
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_ring(reg, procs, scenario):
+    """Linked with -lsmclo: sends by reference, read in place."""
+    cli, srv = run_pair(procs, scenario, reg.env, reg.env)
+    assert_by_reference(cli, srv)
+    if scenario == "bulk":
+        # 258 sends, notifications merged where they came together
+        assert srv["pool_peeks"] > 0 and cli["notif_cqes"] < cli["sent"], (cli, srv)
+    st = reg.wait_stats(lambda s: s["accelerated"] >= 2)
+    assert st["fallback"] == 0, st["fallback_by_reason"]
+
+
+@pytest.mark.parametrize("scenario", ["bulk", "hold"])
+def test_under_smclo_run(reg, procs, scenario):
+    cli, srv = run_pair(procs, scenario, reg.env, reg.env, srv_wrap=[SMCLO, "run", "--"],
+                        cli_wrap=[SMCLO, "run", "--"])
+    assert_by_reference(cli, srv)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_copy(reg, procs, scenario):
+    """smclo disabled at both ends: the same calls, every send copied."""
+    env = plain_env(reg)
+    cli, srv = run_pair(procs, scenario, env, env)
+    assert_copied(cli, srv)
+
+
+@pytest.mark.parametrize("scenario", ["bulk", "hold"])
+def test_plain_peer(reg, procs, scenario):
+    """A server without smclo: copied, and the fallback says why."""
+    cli, srv = run_pair(procs, scenario, plain_env(reg), reg.env)
+    assert_copied(cli, srv)
+    st = reg.wait_stats(lambda s: s["fallback"] >= 1)
+    assert st["fallback_by_reason"].get("peer-no-smclo") == 1, st["fallback_by_reason"]
+
+
+def test_other_host(two_namespaces, procs, tmp_path):
+    """Two network namespaces over a veth, each with its own registry."""
+    a, b = two_namespaces
+    ra, rb = Registry(tmp_path / "a"), Registry(tmp_path / "b")
+    cli, srv = run_pair(procs, "bulk", ra.env, rb.env,
+                        srv_wrap=["ip", "netns", "exec", a], cli_wrap=["ip", "netns", "exec", b],
+                        host=VETH_NET + "1", listen="0.0.0.0")
+    assert_copied(cli, srv)
+    assert ra.stats()["accelerated"] == 0 and rb.stats()["accelerated"] == 0
+
+
+@pytest.mark.parametrize("kind", ["ring", "copy"])
+def test_reader_killed_holding(reg, procs, kind):
+    """The reader dies holding a peek of a referenced buffer: the pool's
+    descriptor wakes and every buffer out comes back, reclaimed."""
+    env = reg.env if kind == "ring" else plain_env(reg)
+    cli, _ = run_pair(procs, "killed", env, env, server_dies=True)
+    if kind == "ring":
+        assert cli["reclaimed"] == cli["sent"] == 4 and cli["copied"] == 0, cli
+    else:
+        assert cli["copied"] == cli["sent"], cli
