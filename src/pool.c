@@ -367,6 +367,8 @@ EXPORT ssize_t smclo_pool_send(struct smclo_pool *p, void *buf, size_t len,
 	}
 	if (!api_names(p->fd, p->c, p->dev, p->ino)) {
 		r = -EBADF;
+	} else if (p->peer_gone) {
+		r = -EPIPE;
 	} else if (by_reference(p)) {
 		r = send_ref(p, b, len, dontwait);
 		if (r > 0) {
@@ -403,8 +405,16 @@ static int peer_finished(struct smclo_pool *p)
 		return 1;
 	if (atomic_load(&c->sh->flags) & (SH_PEER_GONE | SH_BROKEN))
 		return 1;
-	/* our descriptor's hang-up, while it still names the connection */
-	return api_names(p->fd, c, 0, 0) && (peer_hangup_flags(p->fd) & SH_PEER_GONE);
+	/* our descriptor's hang-up, while it still names the connection:
+	 * noted for the connection too, so that its next send fails (EPIPE)
+	 * instead of putting a reference into a ring nobody reads */
+	if (api_names(p->fd, c, 0, 0)) {
+		uint32_t hup = peer_hangup_flags(p->fd);
+
+		atomic_fetch_or(&c->sh->flags, hup);
+		return (hup & SH_PEER_GONE) != 0;
+	}
+	return 0;
 }
 
 /* Notify the sends the peer is done with: its cursor passed their

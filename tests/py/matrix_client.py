@@ -1,7 +1,7 @@
 """The client side of test_matrix.py: N echo exchanges, checked byte for byte.
 
     matrix_client.py PORT N SEED [--greet] [--hold] [--rlimit N] [--fdpass]
-                     [--epoll-early] [--api]
+                     [--epoll-early] [--api] [--pool]
 
 Each connection sends a random amount (1 B to 300 KB, log-uniform, the
 first and last of each case 1 B and 300 KB) of random bytes, half-closes,
@@ -15,6 +15,8 @@ each connection is nginx's upstream one: a non-blocking socket put into an
 edge-triggered epoll set before connect(), every wait through that set.
 --api: each exchange through the native API (smclo_api.py): the bytes are
 written in place into claims and read in place from peeks.
+--pool: each connection sends from a buffer pool of its own (smclo_api.Pool):
+by reference once the server mapped the pool, by copy before and on TCP.
 Every socket wait is bounded (SO_RCVTIMEO / SO_SNDTIMEO, 5 s), and so is
 the whole run: connections not begun after 40 s are reported as not tried.
 Prints one JSON line: {"ok": count, "bad": [descriptions]}.
@@ -128,9 +130,10 @@ def connect(port, greet, fdpass=False):
     return c
 
 
-def exchange(c, data, api=None):
+def exchange(c, data, api=None, pool=False):
     got = bytearray()
     err = []
+    sender = api.Pool(c.fileno()) if pool else None
 
     def reader():
         try:
@@ -145,7 +148,9 @@ def exchange(c, data, api=None):
     t = threading.Thread(target=reader, daemon=True)
     t.start()
     try:
-        if api:
+        if sender:
+            sender.sendall(data)
+        elif api:
             api.sendall(c.fileno(), data)
         else:
             c.sendall(data)
@@ -155,6 +160,8 @@ def exchange(c, data, api=None):
     t.join(TIMEOUT + 5)
     if t.is_alive():
         err.append("reader hung after %d bytes" % len(got))
+    if sender:
+        sender.close()
     if err:
         return "; ".join(err)
     if bytes(got) != data:
@@ -172,7 +179,8 @@ def main():
     greet, hold, fdpass = "--greet" in opts, "--hold" in opts, "--fdpass" in opts
     epoll_early = "--epoll-early" in opts
     api = None
-    if "--api" in opts:
+    pool = "--pool" in opts
+    if "--api" in opts or pool:
         import smclo_api as api
     rng = random.Random(seed)
     ok, bad = 0, []
@@ -208,7 +216,7 @@ def main():
             continue
         if c is None:
             continue
-        why = exchange(c, data, api)
+        why = exchange(c, data, api, pool)
         if why:
             bad.append("connection %d (%d B): %s" % (i, size, why))
         else:

@@ -141,24 +141,29 @@ def echo(c, greet=False, shut=False):
     c.close()
 
 
-def echo_api(c, greet=False):
+def echo_api(c, greet=False, pool=False):
     """echo() through the native API: peeks read in place, claims written
-    in place (smclo_api.py)."""
+    in place (smclo_api.py) - or, with @pool, the echo sent from a buffer
+    pool of the connection."""
     import smclo_api
     got = 0
+    sender = smclo_api.Pool(c.fileno()) if pool else None
+    send = sender.sendall if sender else (lambda d: smclo_api.sendall(c.fileno(), d))
     try:
         if greet:
-            smclo_api.sendall(c.fileno(), b"G")
+            send(b"G")
         while True:
             d = smclo_api.recv(c.fileno())
             if not d:
                 break
             got += len(d)
-            smclo_api.sendall(c.fileno(), d)
+            send(d)
         ended("eof", got)
     except OSError as e:
         ended(outcome_of(e), got)
         print("server: %r" % e, file=sys.stderr, flush=True)
+    if sender:
+        sender.close()
     c.close()
 
 
@@ -346,6 +351,27 @@ def p_api_accept(port, work):
     ready()
     while True:
         echo_api(l.accept()[0])
+
+
+def p_pool_accept(port, work):
+    l = listen(port)
+    ready()
+    while True:
+        echo_api(l.accept()[0], pool=True)
+
+
+def p_pool_fork(port, work):
+    """fork per connection, the parent closing its copy at once, the child
+    echoing from a buffer pool it makes."""
+    l = listen(port)
+    ready()
+    while True:
+        c, _ = l.accept()
+        if os.fork() == 0:
+            l.close()
+            echo_api(c, greet=True, pool=True)
+            os._exit(0)
+        c.close()
 
 
 def p_api_fork(port, work):
@@ -670,6 +696,8 @@ PATTERNS = {
     "accept": p_accept,
     "api-accept": p_api_accept,
     "api-fork": p_api_fork,
+    "pool-accept": p_pool_accept,
+    "pool-fork": p_pool_fork,
     "epoll-lt": p_loop("epoll-lt"),
     "epoll-et": p_loop("epoll-et"),
     "epoll-oneshot": p_loop("epoll-oneshot"),

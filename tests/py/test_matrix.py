@@ -129,6 +129,9 @@ BUGS = {}
 #   (include/smclo.h) at the client, at the server, and in a fork child whose
 #   parent closed its copy: claims written and peeks read in place, through
 #   ctypes (smclo_api.py); on the tcp path the same calls take the copy path.
+# * client-pool (against `accept`), pool-accept, pool-fork: the same places
+#   sending from a buffer pool (smclo_api.Pool): by reference once the peer
+#   mapped the pool (its first sends are copies), copied on the tcp path.
 # * rlimit-64: 50 connections need 50 of 64 descriptors on TCP; smclo must not
 #   make accept()/connect() fail with EMFILE where TCP would not ("fits").
 #   rlimit-256: everything fits; the client holds all 50 open at once, so offers
@@ -174,6 +177,9 @@ client-epoll-early epoll-early    epoll-early    epoll-early     tcp
 client-api         direct         inbox          rendezvous      tcp
 api-accept         direct         inbox          rendezvous      tcp
 api-fork           direct         inbox          rendezvous      tcp
+client-pool        direct         inbox          rendezvous      tcp
+pool-accept        direct         inbox          rendezvous      tcp
+pool-fork          direct         inbox          rendezvous      tcp
 """
 
 
@@ -187,13 +193,15 @@ MATRIX = parse_matrix(MATRIX_TEXT)
 
 # rows that are client patterns: the server pattern they run against
 SERVER_FOR = {"client-fdpass": "accept", "client-epoll-early": "accept",
-              "client-api": "accept"}
+              "client-api": "accept", "client-pool": "accept"}
 # client options per row
 CLIENT_OPTS = {
     "client-fdpass": ["--fdpass"],
     "client-epoll-early": ["--epoll-early"],
     "client-api": ["--api"],
+    "client-pool": ["--pool"],
     "api-fork": ["--greet"],
+    "pool-fork": ["--greet"],
     "fork-early": ["--greet"],
     "fork-late": ["--greet"],
     "rlimit-64": ["--hold", "--rlimit", "64"],
@@ -470,11 +478,11 @@ def test_kill(pattern, side, kind, procs, tmp_path):
 
 SERIAL = {"accept", "handoff", "scm-keep", "scm-close", "scm-exec", "scm-midstream",
           "system-cat", "setuid", "setgid", "chroot", "daemon-close", "daemon-closerange",
-          "spawn-helper", "subprocess-helper", "api-accept"}
+          "spawn-helper", "subprocess-helper", "api-accept", "pool-accept"}
 AT_ONCE = {"prefork": 3}
 CAT_HANDLER = {"exec-cat", "exec-midstream", "exec-closeall", "exec-closerange", "spawn-cat",
                "subprocess-cat", "system-cat"}
-GREETS = {"fork-early", "fork-late", "api-fork"}
+GREETS = {"fork-early", "fork-late", "api-fork", "pool-fork"}
 SERVER_WAITS = ["idle", "flood"]
 ECHO_START_BYTES = 4 * 4096         # matrix_kill.py echo_start(): ROUNDS x CHUNK
 KILL_PATTERN_ROWS = [p for p in MATRIX if p not in SERVER_FOR]
