@@ -165,6 +165,11 @@ int smclo_recv_consume(int fd, size_t n);
  * has mapped it - and always on TCP - a send copies the buffer's bytes
  * into the ring (or the socket) and its notification says
  * SMCLO_CQE_F_COPIED: the calls work everywhere, only the copy differs.
+ * On TCP to another host (not a loopback address) a send of 10 KiB or more
+ * goes with the kernel's zero copy, MSG_ZEROCOPY: the buffer is the
+ * library's until the kernel notifies it (SMCLO_CQE_F_KERNEL, and
+ * SMCLO_CQE_F_COPIED if the kernel copied after all).  Such a socket's
+ * error queue is the pool's: do not use MSG_ZEROCOPY or IP_RECVERR on it.
  */
 struct smclo_pool;
 
@@ -176,6 +181,7 @@ struct smclo_pool;
 #define SMCLO_CQE_F_NOTIF     0x2   /* notification: buffers free again */
 #define SMCLO_CQE_F_COPIED    0x4   /* notification: the bytes were copied */
 #define SMCLO_CQE_F_RECLAIMED 0x8   /* notification: the peer went away first */
+#define SMCLO_CQE_F_KERNEL    0x10  /* notification: the kernel's zero copy sent it */
 
 /*
  * One completion.  Every send that succeeds gives two, in this order: the

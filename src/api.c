@@ -411,25 +411,25 @@ static int sock_timeout_ms(int fd, int opt)
 	return (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
 }
 
-/*
- * Send the @n staged bytes as a send() of them would (api_send_all).
- */
+/* Send the @n staged bytes as a send() of them would (api_send_all). */
 static ssize_t commit_copy(struct hold *h, int fd, size_t n)
 {
-	return api_send_all(fd, h->stage, n);
+	return api_send_all(fd, h->stage, n, 0, NULL);
 }
 
-ssize_t api_send_all(int fd, const void *buf, size_t n)
+ssize_t api_send_all(int fd, const void *buf, size_t n, int flags, unsigned *calls)
 {
 	int nonblock = nonblocking(fd), timeo = -1;
 	size_t done = 0;
 
 	while (done < n) {
-		ssize_t w = sys_send(fd, (const char *)buf + done, n - done, MSG_NOSIGNAL);
+		ssize_t w = sys_send(fd, (const char *)buf + done, n - done, MSG_NOSIGNAL | flags);
 		int r;
 
 		if (w > 0) {
 			done += (size_t)w;
+			if (calls)
+				(*calls)++;
 			continue;
 		}
 		if (errno == EINTR && bell_signals_restart())

@@ -25,8 +25,10 @@ int api_names(int fd, struct conn *c, dev_t dev, ino_t ino);
  * Send @n bytes on the TCP socket @fd as a send() of them would: all of
  * them, waiting for room - but on a non-blocking socket, when SO_SNDTIMEO
  * expires, or when a signal without SA_RESTART comes, the count sent so far
- * (or -EAGAIN / -EINTR if none).  Returns the count or -errno.
+ * (or -EAGAIN / -EINTR if none).  @flags are send()'s besides MSG_NOSIGNAL;
+ * *@calls (if not NULL) counts the send() calls that took bytes (each is
+ * one MSG_ZEROCOPY notification).  Returns the count or -errno.
  */
-ssize_t api_send_all(int fd, const void *buf, size_t n);
+ssize_t api_send_all(int fd, const void *buf, size_t n, int flags, unsigned *calls);
 
 #endif

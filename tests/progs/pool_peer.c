@@ -23,6 +23,10 @@
  *   fork    a fork child cannot use its parent's pool (EPERM) and frees its
  *           copy; the parent goes on, every byte arrives
  *   errors  EINVAL, ENOBUFS, EBUSY, ENOTSOCK, EBADF as smclo.h lists them
+ *
+ * "ok" reports the notifications by kind: refs (read in place by the peer),
+ * copied (SMCLO_CQE_F_COPIED), kernel (SMCLO_CQE_F_KERNEL: MSG_ZEROCOPY, to
+ * another host) and reclaimed.
  */
 #include "smclo.h"
 
@@ -114,7 +118,7 @@ static void read_exact(int fd, void *b, size_t n)
 /* ---- the sender's bookkeeping ----------------------------------------------- */
 
 static struct tally {
-	uint64_t sent, requests, notified, copied, reclaimed, notif_cqes;
+	uint64_t sent, requests, notified, copied, reclaimed, kernel, refs, notif_cqes;
 	size_t len[MSGS + 16];
 } t;
 
@@ -133,6 +137,10 @@ static void reap_all(struct smclo_pool *p)
 					t.copied += c[i].count;
 				if (c[i].flags & SMCLO_CQE_F_RECLAIMED)
 					t.reclaimed += c[i].count;
+				if (c[i].flags & SMCLO_CQE_F_KERNEL)
+					t.kernel += c[i].count;
+				if (c[i].flags == SMCLO_CQE_F_NOTIF)
+					t.refs += c[i].count;   /* read in place by the peer */
 			} else {
 				CHECK(c[i].flags == SMCLO_CQE_F_MORE && c[i].count == 1,
 				      "request flags %#x", c[i].flags);
@@ -192,10 +200,11 @@ static void wait_all_notified(struct smclo_pool *p)
 
 static void report(int fd, const char *extra)
 {
-	printf("ok via=%s sent=%llu copied=%llu refs=%llu notif_cqes=%llu reclaimed=%llu %s\n",
-	       via_name(smclo_via(fd)), (unsigned long long)t.sent, (unsigned long long)t.copied,
-	       (unsigned long long)(t.notified - t.copied - t.reclaimed),
-	       (unsigned long long)t.notif_cqes, (unsigned long long)t.reclaimed, extra);
+	printf("ok via=%s sent=%llu copied=%llu refs=%llu kernel=%llu notif_cqes=%llu reclaimed=%llu "
+	       "%s\n", via_name(smclo_via(fd)), (unsigned long long)t.sent,
+	       (unsigned long long)t.copied, (unsigned long long)t.refs,
+	       (unsigned long long)t.kernel, (unsigned long long)t.notif_cqes,
+	       (unsigned long long)t.reclaimed, extra);
 }
 
 /* Make sure the peer mapped the pool (a round trip: it takes the pool from
