@@ -124,8 +124,8 @@ static int rx_run_at(struct conn *c, const struct rx_at *at, uint64_t prod, stru
 
 	run->pool = NULL;
 	run->len = (size_t)(prod - at->cons);
-	if (refs == at->ref && !at->skip)
-		return 0;               /* no reference outstanding: all ring bytes */
+	if ((refs == at->ref || run->len == 0) && !at->skip)
+		return 0;               /* no reference outstanding, or nothing to read yet */
 	if (refs - at->ref > RING_REFS || refs == at->ref)
 		goto forged;
 	e = &c->rx->ref[at->ref % RING_REFS];
@@ -198,7 +198,9 @@ static void copy_to_iov(struct conn *c, const struct iovec *iov, int iovcnt, siz
 /*
  * Take up to @want bytes of the stream from @at (moved past them), copied
  * into @iov from its byte @skip (@iov NULL: only passed over).  Returns the
- * bytes taken, or -1 when the peer forged a reference.
+ * bytes taken, or -1 when the peer forged the reference they would come
+ * from (bytes before a forged one are taken; the connection is reset for
+ * the next call).
  */
 static long rx_take(struct conn *c, const struct iovec *iov, int iovcnt, size_t skip,
                     struct rx_at *at, uint64_t prod, size_t want)
@@ -210,7 +212,7 @@ static long rx_take(struct conn *c, const struct iovec *iov, int iovcnt, size_t 
 		size_t n;
 
 		if (rx_run_at(c, at, prod, &run) < 0)
-			return -1;
+			return done ? (long)done : -1;  /* the bytes before it were sound */
 		if (run.len == 0)
 			break;
 		n = run.len < want - done ? run.len : want - done;

@@ -14,7 +14,12 @@
  * MSG_PEEK / MSG_WAITALL over 1-3 iovecs, tx_send, tx_sendfile from a file,
  * tx_send_pending under an offer word the input sets, rx_available,
  * rx_settle_bells, shutdown for reading, the native API's rx_peek and
- * rx_consume of a part, tx_claim and tx_commit of a part or tx_abort).  Everything is non-blocking, as for an
+ * rx_consume of a part, tx_claim and tx_commit of a part or tx_abort).
+ * The peer also sends pool references (ring.h): it sets its reference
+ * count and entries to anything - honest ones at our cursor or ahead,
+ * forged ones behind us, outside the pool, empty - over a pool of ours that
+ * the input may leave unmapped, and it may hand over descriptors with a
+ * doorbell (a sealed pool with an eventfd, or not).  Everything is non-blocking, as for an
  * O_NONBLOCK descriptor.  Each ring is allocated on its own, header and
  * data area exactly, so ASan reports any access past a data area.
  *
@@ -23,17 +28,19 @@
  *
  * Asserts, besides ASan/UBSan:
  *  - ring_hdr_check() accepts exactly the header our side set up;
- *  - a read returns at most what was asked, exactly the bytes at the
- *    stream positions it claims (the peer's data area holds a known
- *    pattern), and moves our consumer cursor by what it returned (not at
- *    all for MSG_PEEK); errors are EAGAIN or ECONNRESET;
+ *  - a read returns at most what was asked, exactly the bytes of the
+ *    stream from our position as ring.h defines it (model_stream(): the
+ *    peer's data area and the pool hold known patterns; a reference is the
+ *    pool's bytes in place of its placeholder byte), never past a forged
+ *    reference, and moves our position by what it returned (not at all
+ *    for MSG_PEEK); errors are EAGAIN or ECONNRESET;
  *  - a write or sendfile returns at most what was asked, puts exactly
  *    those bytes at our producer cursor and publishes it; a write while
  *    the handshake is pending takes all or nothing, only while the offer
  *    word is open and within PENDING_MAX;
- *  - a peek's span lies in the peer's data area (ASan) and holds exactly
- *    the bytes at our consumer cursor; a consume moves it by what it was
- *    told; a claim's span lies in our data area and a commit publishes
+ *  - a peek's span lies in the peer's data area or the pool (ASan: both
+ *    are allocated exactly) and holds exactly the stream's next bytes; a
+ *    consume moves our position by what it was told; a claim's span lies in our data area and a commit publishes
  *    exactly what was written there, an abort nothing; no lock stays held;
  *  - our cursors never leave the ring: a validated peer producer is at
  *    most one ring ahead of what we consumed, our producer at most one
@@ -55,10 +62,12 @@
 #include "fuzz.h"
 
 #include "io.h"
+#include "peerpool.h"
 #include "spin.h"
 #include "sys.h"
 
 #include <errno.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -96,6 +105,10 @@ static int file_fd = -1;                /* sendfile source: byte k is file_byte(
 #define FILE_LEN (128u << 10)
 
 static uint8_t peer_byte(uint64_t off) { return (uint8_t)(off * 131 + 7); }
+static uint8_t pool_byte(uint64_t off) { return (uint8_t)(off * 37 + 11); }
+
+#define POOL_LEN (48u << 10)            /* the peer's pool, allocated exactly */
+static uint8_t *pool;
 static uint8_t file_byte(uint64_t off) { return (uint8_t)(off * 29 + 1); }
 
 /*
@@ -116,6 +129,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 			ring_data(rx_rings[k])[i] = peer_byte(i);
 	}
 
+	pool = malloc(POOL_LEN);
+	for (uint32_t i = 0; i < POOL_LEN; i++)
+		pool[i] = pool_byte(i);
 	file_fd = memfd_create("fuzz-sendfile", MFD_CLOEXEC);
 	for (uint32_t k = 0; k < FILE_LEN; k++)
 		b[k] = file_byte(k);
@@ -139,13 +155,68 @@ FUZZ_QUIET static void fill(uint8_t *buf, size_t n, unsigned mul, unsigned add)
 		buf[i] = (uint8_t)(i * mul + add);
 }
 
-/* Are @buf's @n bytes the peer's, from stream position @start on? */
-FUZZ_QUIET static int peer_bytes_at(const uint8_t *buf, size_t n, uint64_t start, uint32_t size)
+/*
+ * The stream from position @at as ring.h defines it, independently of
+ * rx.c: ring positions from our cursor to the producer, each a byte of the
+ * peer's data area unless it is the placeholder of the next reference,
+ * which stands for the reference's bytes of the pool instead.  Up to @n
+ * bytes go to @out (NULL: only counted); *@forged is set when the walk
+ * meets a reference a reader must refuse (behind us, empty, outside the
+ * pool, or no pool at all) - the stream is not defined past it.  Also
+ * returns, in *@end, the position after the bytes.
+ */
+struct pos {
+	uint64_t cons, ref;
+	uint32_t skip;
+};
+
+FUZZ_QUIET static size_t model_stream(struct world *w, struct pos at, uint8_t *out, size_t n,
+                                      uint64_t prod, int *forged, struct pos *end)
 {
-	for (size_t i = 0; i < n; i++)
-		if (buf[i] != peer_byte((start + i) & (size - 1)))
-			return 0;
-	return 1;
+	uint64_t refs = atomic_load(&w->rx->ref_prod);
+	uint64_t plen = w->c.rx_pool ? w->c.rx_pool_len : 0;
+	size_t got = 0;
+
+	*forged = 0;
+	if (refs - at.ref > RING_REFS || (refs == at.ref && at.skip))
+		*forged = 1;
+	while (!*forged && got < n && at.cons != prod) {
+		if (refs != at.ref) {
+			const struct ring_ref *e = &w->rx->ref[at.ref % RING_REFS];
+			uint64_t pos = atomic_load(&e->pos);
+			uint32_t off = atomic_load(&e->off), len = atomic_load(&e->len);
+
+			if (pos == at.cons) {
+				if (len == 0 || at.skip >= len || (uint64_t)off + len > plen) {
+					*forged = 1;
+					break;
+				}
+				while (got < n && at.skip < len) {
+					if (out)
+						out[got] = w->c.rx_pool[off + at.skip];
+					got++;
+					at.skip++;
+				}
+				if (at.skip == len) {
+					at.skip = 0;
+					at.ref++;
+					at.cons++;
+				}
+				continue;
+			}
+			/* behind us (in the unsigned distance from our cursor) */
+			if (pos - at.cons > (uint64_t)RING_MAX_SIZE || at.skip) {
+				*forged = 1;
+				break;
+			}
+		}
+		if (out)
+			out[got] = peer_byte(at.cons & (w->c.rx_size - 1));
+		got++;
+		at.cons++;
+	}
+	*end = at;
+	return got;
 }
 
 static void invariants(struct world *w)
@@ -172,31 +243,75 @@ static int make_iov(struct in *in, uint8_t *buf, size_t total, struct iovec iov[
 	return n;
 }
 
+static struct pos our_pos(struct world *w)
+{
+	return (struct pos){ w->sh.cons, w->sh.ref_cons, w->sh.ref_skip };
+}
+
+/* Is our position @p? */
+static int at_pos(struct world *w, struct pos p)
+{
+	return w->sh.cons == p.cons && w->sh.ref_cons == p.ref && w->sh.ref_skip == p.skip;
+}
+
+/* Where @n bytes of the stream from @from end, as the model walks it. */
+static struct pos model_after(struct world *w, struct pos from, size_t n, uint64_t prod)
+{
+	struct pos end;
+	int forged;
+
+	model_stream(w, from, NULL, n, prod, &forged, &end);
+	return end;
+}
+
+/* FIONREAD: the stream's bytes up to the producer, or up to a forged
+ * reference on the way (the read after those resets). */
+static void step_available(struct world *w)
+{
+	uint64_t prod = atomic_load(&w->rx->prod);
+	int valid = ring_prod_valid(w->sh.cons, w->sh.peer_prod_seen, prod, w->c.rx_size), forged;
+	struct pos end;
+	size_t can;
+	uint32_t n = rx_available(&w->c);
+
+	if (!valid) {
+		FUZZ_CHECK(n == 0);
+		return;
+	}
+	/* a valid producer is at most a ring ahead: the walk is bounded */
+	can = model_stream(w, our_pos(w), NULL, UINT32_MAX, prod, &forged, &end);
+	FUZZ_CHECK(n == can);   /* up to a forged reference, if any */
+}
+
 static void step_read(struct world *w, struct in *in)
 {
 	size_t total = take_u16(in) % (2 * w->c.rx_size + 1);
 	uint8_t how = take_u8(in);
 	int flags = MSG_DONTWAIT | (how & 1 ? MSG_PEEK : 0) | (how & 2 ? MSG_WAITALL : 0) |
 	            (how == 0xff ? MSG_OOB : 0);
-	uint8_t *buf = malloc(total ? total : 1);
+	uint8_t *buf = malloc(total ? total : 1), *want = malloc(total ? total : 1);
 	struct iovec iov[3];
-	int n = make_iov(in, buf, total, iov);
-	uint64_t start = w->sh.cons;
+	int n = make_iov(in, buf, total, iov), forged;
+	struct pos start = our_pos(w), end;
+	uint64_t prod = atomic_load(&w->rx->prod);
+	size_t can = model_stream(w, start, want, total, prod, &forged, &end);
 	ssize_t r;
 
 	errno = 0;
 	r = rx_recv(&w->c, w->fd, iov, n, flags);
 	if (r > 0) {
-		FUZZ_CHECK((size_t)r <= total);
-		FUZZ_CHECK(peer_bytes_at(buf, (size_t)r, start, w->c.rx_size));
-		FUZZ_CHECK(w->sh.cons == start + (how & 1 ? 0 : (uint64_t)r));
+		FUZZ_CHECK((size_t)r <= total && (size_t)r <= can);
+		FUZZ_CHECK(memcmp(buf, want, (size_t)r) == 0);
+		FUZZ_CHECK(at_pos(w, how & 1 ? start : model_after(w, start, (size_t)r, prod)));
+		(void)end;
 	} else if (r < 0) {
 		FUZZ_CHECK(errno == EAGAIN || errno == ECONNRESET || (flags & MSG_OOB));
-		FUZZ_CHECK(w->sh.cons == start);
+		FUZZ_CHECK(at_pos(w, start));
 	} else {
-		FUZZ_CHECK(w->sh.cons == start);
+		FUZZ_CHECK(at_pos(w, start));
 	}
 	free(buf);
+	free(want);
 }
 
 FUZZ_QUIET static void check_written(struct world *w, uint64_t at, const uint8_t *src, size_t n)
@@ -238,32 +353,44 @@ static void step_write(struct world *w, struct in *in)
 static void step_peek(struct world *w, struct in *in)
 {
 	size_t min = take_u16(in) % (w->c.rx_size + 2);
-	uint64_t start = w->sh.cons;
+	struct pos start = our_pos(w), end;
+	uint64_t prod = atomic_load(&w->rx->prod);
 	struct iovec iov[2];
+	int forged;
 	long r;
 
 	r = rx_peek(&w->c, w->fd, min, iov, 1);
 	if (r > 0) {
 		size_t n = (size_t)(take_u16(in) % ((uint64_t)r + 1));
-		uint8_t *copy = malloc((size_t)r);
+		uint8_t *copy = malloc((size_t)r), *want = malloc((size_t)r);
+		size_t can = model_stream(w, start, want, (size_t)r, prod, &forged, &end);
+		const uint8_t *p0 = iov[0].iov_base;
 
-		/* fewer than asked only where the stream ends */
+		/* fewer than asked only where the stream ends, or at the edge of
+		 * a reference's bytes (a peek shows one run in one place) */
 		FUZZ_CHECK((size_t)r >= (min ? min : 1) ||
 		           atomic_load(&w->rx->flags) & (RING_F_SHUTDOWN | RING_F_CLOSED) ||
-		           atomic_load(&w->sh.flags) & (SH_SHUT_RD | SH_PEER_SHUT));
-		FUZZ_CHECK((size_t)r <= w->c.rx_size);
+		           atomic_load(&w->sh.flags) & (SH_SHUT_RD | SH_PEER_SHUT) ||
+		           atomic_load(&w->rx->ref_prod) != start.ref);
 		FUZZ_CHECK(iov[0].iov_len + iov[1].iov_len == (size_t)r);
-		/* every byte where the span says, inside the data area (ASan) */
+		/* in the pool (one piece), or in the ring (at most the ring) */
+		if (w->c.rx_pool && p0 >= w->c.rx_pool && p0 < w->c.rx_pool + w->c.rx_pool_len)
+			FUZZ_CHECK(iov[1].iov_len == 0 && p0 + r <= w->c.rx_pool + w->c.rx_pool_len);
+		else
+			FUZZ_CHECK((size_t)r <= w->c.rx_size);
+		/* every byte where the span says, inside its area (ASan) */
 		memcpy(copy, iov[0].iov_base, iov[0].iov_len);
-		memcpy(copy + iov[0].iov_len, iov[1].iov_base, iov[1].iov_len);
-		FUZZ_CHECK(peer_bytes_at(copy, (size_t)r, start, w->c.rx_size));
+		if (iov[1].iov_len)     /* an empty second piece may be NULL */
+			memcpy(copy + iov[0].iov_len, iov[1].iov_base, iov[1].iov_len);
+		FUZZ_CHECK(can == (size_t)r && memcmp(copy, want, (size_t)r) == 0);
 		free(copy);
+		free(want);
 		rx_consume(&w->c, w->fd, n);
-		FUZZ_CHECK(w->sh.cons == start + n);
+		FUZZ_CHECK(at_pos(w, model_after(w, start, n, prod)));
 	} else {
 		FUZZ_CHECK(r == 0 || r == -EAGAIN || r == -ECONNRESET || r == -EMSGSIZE);
 		FUZZ_CHECK(r != -EMSGSIZE || min > w->c.rx_size);
-		FUZZ_CHECK(w->sh.cons == start);
+		FUZZ_CHECK(at_pos(w, start));
 	}
 	FUZZ_CHECK(!io_hold_mine(&w->c.rx_hold));
 }
@@ -364,6 +491,72 @@ static void step_sendfile(struct world *w, struct in *in)
 	}
 }
 
+static void step_peer_ref(struct world *w, struct in *in)
+{
+	struct ring_ref *e = &w->rx->ref[take_u8(in) % RING_REFS];
+	uint8_t k = take_u8(in);
+	uint64_t base = k & 1 ? w->sh.cons : atomic_load(&w->rx->prod);
+
+	atomic_store(&e->pos, k & 2 ? take_u64(in) : base + (uint64_t)(int64_t)(int16_t)take_u16(in));
+	atomic_store(&e->off, k & 4 ? take_u32(in) : take_u16(in));
+	atomic_store(&e->len, k & 8 ? take_u32(in) : take_u16(in) % 4096);
+}
+
+/* What pool.c does: the entry, its count, the placeholder byte produced. */
+static void step_peer_honest_ref(struct world *w, struct in *in)
+{
+	uint64_t prod = atomic_load(&w->rx->prod), refs = atomic_load(&w->rx->ref_prod);
+	struct ring_ref *e = &w->rx->ref[refs % RING_REFS];
+	uint32_t len = 1 + take_u16(in) % 8192;
+
+	atomic_store(&e->pos, prod);
+	atomic_store(&e->off, take_u16(in) % (POOL_LEN - len + 1));
+	atomic_store(&e->len, len);
+	atomic_store(&w->rx->ref_prod, refs + 1);
+	atomic_store(&w->rx->prod, prod + 1);
+}
+
+/*
+ * Descriptors with a doorbell, as a pool is handed over (peerpool.c takes
+ * them when it drains the doorbell): a memfd sealed or not, an eventfd or a
+ * pipe, one or two or three of them.  Only taken while no pool is mapped.
+ */
+static void step_peer_fds(struct world *w, struct in *in)
+{
+	uint8_t k = take_u8(in);
+	int fds[3], n = 1 + k % 3, p[2] = { -1, -1 };
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(fds))];
+	} u;
+	struct msghdr m = { .msg_control = u.buf, .msg_controllen = CMSG_SPACE(n * sizeof(int)) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+	uint64_t seq = atomic_load(&w->rx->bell_seq);
+
+	if (w->peer < 0)
+		return;
+	fds[0] = memfd_create("fuzz-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fds[0] < 0 || ftruncate(fds[0], k & 8 ? 0 : 8192) < 0 || pipe(p) < 0)
+		abort();
+	if (k & 16)
+		fcntl(fds[0], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+	fds[1] = k & 32 ? p[0] : eventfd(0, EFD_CLOEXEC);
+	fds[2] = p[1];
+	memset(&u, 0, sizeof(u));
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(n * sizeof(int));
+	memcpy(CMSG_DATA(cm), fds, n * sizeof(int));
+	atomic_store(&w->rx->bell_val[seq % BELL_LOG], atomic_load(&w->rx->prod));
+	atomic_store(&w->rx->bell_seq, seq + 1);
+	sendmsg(w->peer, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+	close(fds[0]);
+	close(p[0]);
+	close(p[1]);
+	if (!(k & 32))
+		close(fds[1]);
+}
+
 static void step_peer(struct world *w, struct in *in, int op)
 {
 	struct ring_hdr *rx = w->rx;
@@ -446,10 +639,24 @@ static void step_peer(struct world *w, struct in *in, int op)
 			;
 		atomic_store(&rx->bells_drained, w->sh.bell_seq);
 		break;
+	case 13:        /* a reference entry: anywhere, or near our cursor / the producer */
+		step_peer_ref(w, in);
+		break;
+	case 14: {      /* the reference count */
+		uint8_t k = take_u8(in);
+		atomic_store(&rx->ref_prod, k & 1 ? take_u64(in) : w->sh.ref_cons + (k >> 1) % 70);
+		break;
+	}
+	case 15:        /* honest: one reference at the producer, its placeholder produced */
+		step_peer_honest_ref(w, in);
+		break;
+	case 16:        /* descriptors with a doorbell */
+		step_peer_fds(w, in);
+		break;
 	}
 }
 
-#define PEER_OPS 13
+#define PEER_OPS 17
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -501,6 +708,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	w->c.rx_size = rx_size;
 	w->c.sh = sh;
 	w->c.slot = opt & 64 ? &w->slot : NULL;
+	w->c.pool_wake_fd = -1;
+	if (opt & 128) {        /* the peer's pool is mapped already */
+		w->c.rx_pool = pool;
+		w->c.rx_pool_len = POOL_LEN;
+	}
 	w->fd = sp[0];
 	w->peer = sp[1];
 
@@ -516,7 +728,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		else if (op == PEER_OPS + 2)
 			step_sendfile(w, &in);
 		else if (op == PEER_OPS + 3)
-			FUZZ_CHECK(rx_available(&w->c) <= rx_size);
+			step_available(w);
 		else if (op == PEER_OPS + 4)
 			rx_settle_bells(&w->c, w->fd);
 		else if (op == PEER_OPS + 5)
@@ -532,6 +744,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	close(w->fd);
 	if (w->peer >= 0)
 		close(w->peer);
+	if (w->c.rx_pool == pool)
+		w->c.rx_pool = NULL;
+	peerpool_drop(&w->c);   /* one the peer handed over, and its eventfd */
 	pthread_mutex_destroy(&sh->tx_lock);
 	pthread_mutex_destroy(&sh->rx_lock);
 out:
