@@ -126,7 +126,10 @@ int smclo_send_abort(int fd);
 
 /*
  * The received bytes of @fd where they lie, at least @min of them (1 if 0)
- * unless the stream ends first.  Waits unless @flags has SMCLO_DONTWAIT or
+ * unless the stream ends first - or a buffer of the sender's pool begins or
+ * ends within them: a peek shows one run in one place (span->via is
+ * SMCLO_VIA_POOL for a pool buffer's bytes; consuming its last byte gives
+ * the buffer back to the sender).  Waits unless @flags has SMCLO_DONTWAIT or
  * the descriptor is non-blocking.  Returns span->len, 0 at the end of the
  * stream, or -1 with errno:
  *   EAGAIN        fewer than @min bytes now and not to wait, or SO_RCVTIMEO

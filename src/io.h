@@ -160,8 +160,9 @@ long long tx_send_ref(struct conn *c, int fd, uint32_t off, uint32_t len, int do
 
 /* rx.c */
 /*
- * The unread bytes where they lie in the peer's ring (read-only), at least
- * @min of them (1 if 0; fewer only where the stream ends), waiting unless
+ * The unread bytes where they lie in the peer's ring or pool (read-only), at
+ * least @min of them (1 if 0; fewer only where the stream ends, or where a
+ * run of pool bytes begins or ends: one run in one place), waiting unless
  * @dontwait.  Returns their count with the receive lock held, 0 at the end of
  * the stream, or -errno (-EMSGSIZE: @min exceeds the ring).  The peer can
  * still write there: the bytes are its word, never our memory's bounds.
