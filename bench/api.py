@@ -9,7 +9,9 @@ processes) beside it:
   unix    an AF_UNIX stream socket, send()/recv()
   smclo   smclo's rings through send()/recv()
   api     smclo's rings through the native API: claims written in place,
-          peeks read in place
+          peeks read in place (one claim per message; in the row "claim
+          kept" one claim carries many messages, each committed with
+          SMCLO_KEEP as it is written)
   pool    smclo's buffer pools (stream rows): the sender fills buffers of a
           pool of 4 messages (16 up to 1 MiB) and sends references, the
           receiver peeks them in place; each buffer comes back when the
@@ -60,6 +62,8 @@ ROWS = [
     ("stream 1 MiB messages", "bulk", 1 << 20, "MB/s", True, ALL),
     ("stream 16 MiB messages", "bulk", 16 << 20, "MB/s", True, ALL),
     ("100 B messages", "rate", 100, "k msg/s", True, ("tcp", "unix", "smclo", "api")),
+    # the API's column: one claim carries many messages (SMCLO_KEEP)
+    ("100 B messages, claim kept", "rate-keep", 100, "k msg/s", True, ("smclo", "api")),
     ("64 B ping-pong (median)", "pingpong", 64, "us", False, NO_POOL + ("iceoryx2-wait",)),
 ]
 # iceoryx2-wait: icebench's ping-pong with each side asleep in a listener
@@ -112,10 +116,13 @@ def run_once(test, size, way, secs):
         env.pop("LD_PRELOAD", None)
         addr = "smclo-apibench.%d.%d" % (os.getpid(), port)
     else:
-        prog, how, env = APIBENCH, [way if way in ("api", "pool") else "copy"], env_for(way)
+        how = way if way in ("api", "pool") else "copy"
+        if test == "rate-keep" and way == "api":
+            how = "keep"
+        prog, how, env = APIBENCH, [how], env_for(way)
         addr = str(WORK / ("s-%d.sock" % port)) if way == "unix" else str(port)
     name = os.path.basename(prog)
-    what = "pingpong-wait" if way == "iceoryx2-wait" else test
+    what = "pingpong-wait" if way == "iceoryx2-wait" else test.replace("-keep", "")
     srv = subprocess.Popen([prog, "serve", addr] + how + [what, str(size)], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = None
@@ -140,7 +147,7 @@ def run_once(test, size, way, secs):
         + ru.ru_utime + ru.ru_stime
     if test == "pingpong":
         return r["p50_us"], cpu
-    if test == "rate":
+    if test.startswith("rate"):
         return r["msgs"] / r["seconds"] / 1e3, cpu
     return r["bytes"] / r["seconds"] / 1e6, cpu
 

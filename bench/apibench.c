@@ -9,7 +9,9 @@
  * own buffers, what every socket program does), "api" (claims written in
  * place, peeks read in place: include/smclo.h) or "pool" (bulk only: the
  * client fills buffers of a pool of 4 messages - 16 for messages up to 1
- * MiB - and sends them by reference, the server peeks as "api").  TEST:
+ * MiB - and sends them by reference, the server peeks as "api") or "keep"
+ * (rate only: as "api", but one claim carries many messages, each committed
+ * with SMCLO_KEEP as it is written).  TEST:
  *
  *   bulk      the client streams messages of SIZE bytes for SECONDS; the
  *             server reads every byte (a sum of 64-bit words: a benchmark
@@ -43,7 +45,8 @@
 #include <emmintrin.h>
 #endif
 
-static int api;                 /* WAY is "api" or "pool" */
+static int api;                 /* WAY is "api", "pool" or "keep" */
+static int keep;                /* WAY is "keep" */
 static struct smclo_pool *pool; /* WAY is "pool": the client's */
 static size_t size;
 
@@ -335,6 +338,38 @@ static void serve_stream(int fd, int framed)
 		die("send result");
 }
 
+/*
+ * One message of the "keep" way: into the claim this client keeps (a new
+ * one when the old has no room for it), committed with SMCLO_KEEP.
+ */
+static struct smclo_span kept;
+static size_t kept_at;
+
+static void put_kept(int fd, const uint8_t h[4], uint8_t v)
+{
+	if (kept.len - kept_at < 4 + size) {
+		if (kept.len && smclo_send_commit(fd, 0, 0) < 0)
+			die("end of claim");
+		if (smclo_send_claim(fd, 4 + size, &kept, 0) < 0)
+			die("claim");
+		kept_at = 0;
+	}
+	if (kept_at + 4 + size <= kept.iov[0].iov_len) {
+		uint8_t *p = (uint8_t *)kept.iov[0].iov_base + kept_at;   /* one piece */
+		memcpy(p, h, 4);
+		memset(p + 4, v, size);
+		kept_at += 4 + size;
+	} else {
+		for (size_t i = 0; i < 4 + size; i++, kept_at++) {
+			size_t j = kept_at < kept.iov[0].iov_len ? 0 : 1;
+			size_t at = j ? kept_at - kept.iov[0].iov_len : kept_at;
+			((uint8_t *)kept.iov[j].iov_base)[at] = i < 4 ? h[i] : v;
+		}
+	}
+	if (smclo_send_commit(fd, 4 + size, SMCLO_KEEP) != (ssize_t)(4 + size))
+		die("commit");
+}
+
 static void client_stream(int fd, int framed, double secs)
 {
 	struct result mine = { 0 }, theirs;
@@ -346,7 +381,9 @@ static void client_stream(int fd, int framed, double secs)
 			if (framed) {
 				uint8_t h[4] = { (uint8_t)size, (uint8_t)(size >> 8),
 				                 (uint8_t)(size >> 16), (uint8_t)(size >> 24) };
-				if (api) {
+				if (keep) {
+					put_kept(fd, h, v);
+				} else if (api) {
 					struct smclo_span s;
 					if (smclo_send_claim(fd, 4 + size, &s, 0) < 0)
 						die("claim");
@@ -378,6 +415,8 @@ static void client_stream(int fd, int framed, double secs)
 			mine.msgs++;
 		}
 	} while ((t1 = now()) - t0 < secs);
+	if (keep && kept.len && smclo_send_commit(fd, 0, 0) < 0)
+		die("end of claim");
 	shutdown(fd, SHUT_WR);
 	size_t got = 0;
 	while (got < sizeof(theirs)) {
@@ -481,16 +520,19 @@ int main(int argc, char **argv)
 	int fd;
 
 	if (argc < 6 || (strcmp(argv[1], "serve") && strcmp(argv[1], "client")) ||
-	    (strcmp(argv[3], "copy") && strcmp(argv[3], "api") && strcmp(argv[3], "pool")) ||
+	    (strcmp(argv[3], "copy") && strcmp(argv[3], "api") && strcmp(argv[3], "pool") &&
+	     strcmp(argv[3], "keep")) ||
 	    (!strcmp(argv[3], "pool") && strcmp(argv[4], "bulk")) ||
+	    (!strcmp(argv[3], "keep") && strcmp(argv[4], "rate")) ||
 	    (!strcmp(argv[1], "client") && argc != 7)) {
-		fprintf(stderr, "usage: apibench serve ADDR copy|api|pool bulk|rate|pingpong SIZE\n"
-		                "       apibench client ADDR copy|api|pool bulk|rate|pingpong SIZE "
+		fprintf(stderr, "usage: apibench serve ADDR copy|api|pool|keep bulk|rate|pingpong SIZE\n"
+		                "       apibench client ADDR copy|api|pool|keep bulk|rate|pingpong SIZE "
 		                "SECONDS\n"
-		                "(pool: bulk only)\n");
+		                "(pool: bulk only; keep: rate only)\n");
 		return 2;
 	}
 	api = strcmp(argv[3], "copy") != 0;
+	keep = !strcmp(argv[3], "keep");
 	test = argv[4];
 	size = strtoul(argv[5], NULL, 0);
 	if (!size || size > BUF_MAX - 4) {

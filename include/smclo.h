@@ -75,6 +75,7 @@ extern "C" {
 
 /* Flags. */
 #define SMCLO_DONTWAIT 0x1      /* never wait: EAGAIN instead (the probe form) */
+#define SMCLO_KEEP     0x2      /* commit: publish, and keep the rest of the claim */
 
 /* A run of bytes in place: two pieces where a ring wraps, else iov[1] is empty. */
 struct smclo_span {
@@ -101,7 +102,10 @@ ssize_t smclo_send_claim(int fd, size_t min, struct smclo_span *span, int flags)
 
 /*
  * Publish the first @n bytes of this thread's claim on @fd (n <= the
- * claim's len; 0 publishes nothing) and end the claim; @flags is 0.  On a
+ * claim's len; 0 publishes nothing) and end the claim.  @flags is 0, or
+ * SMCLO_KEEP: the claim goes on after the bytes published (its len less
+ * them), so one claim can carry many messages, each the peer's as it is
+ * committed - page_frag's prepare serving many fragments from one page.  On a
  * ring the bytes are the peer's at once.  On TCP they are sent as send()
  * would send them: all of them, waiting for socket space - but a
  * non-blocking socket, an expired SO_SNDTIMEO or a signal without
@@ -111,7 +115,10 @@ ssize_t smclo_send_claim(int fd, size_t min, struct smclo_span *span, int flags)
  * the bytes published, or -1 with errno:
  *   EINVAL        no claim of this thread on @fd (never made, ended, or
  *                 made on a descriptor since closed or reused), @n larger
- *                 than it, or @flags not 0 (the claim then stays)
+ *                 than it, or unknown @flags (the claim then stays)
+ * With SMCLO_KEEP, EAGAIN and EINTR leave the claim as it was, and on TCP
+ * a commit that sent part of @n returns that count and the claim goes on
+ * at the first byte not sent.
  *   EPIPE, ECONNRESET   the peer went away (TCP), or this thread shut
  *                 down writing meanwhile
  *   EAGAIN, EINTR as above, before a byte was sent (TCP)

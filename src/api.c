@@ -52,7 +52,9 @@ struct hold {
 	pid_t pid;              /* a fork child's copy of the table is not its own */
 	enum dir dir;
 	struct conn *c;         /* referenced; NULL: the TCP path */
-	size_t len;             /* bytes claimed or peeked */
+	size_t len;             /* bytes claimed or peeked (and not committed) */
+	size_t off;             /* the TCP path: staged bytes committed already
+	                           (SMCLO_KEEP); the claim goes on after them */
 	char *stage;            /* the TCP path's memory, kept for the next use */
 	size_t cap;
 };
@@ -60,6 +62,8 @@ struct hold {
 static pthread_key_t holds_key;
 static pthread_once_t holds_once = PTHREAD_ONCE_INIT;
 static _Thread_local struct hold *holds;
+static _Thread_local int holds_used;    /* slots in use: 0 makes a lookup free */
+static _Thread_local int hold_last;     /* the slot used last: a commit's claim */
 
 /*
  * The thread exits: what it still holds is given up (a claim aborted, a
@@ -79,6 +83,7 @@ static void holds_free(void *p)
 	}
 	free(h);
 	holds = NULL;   /* a later destructor that uses the API makes a new table */
+	holds_used = 0;
 }
 
 static void holds_key_make(void)
@@ -134,11 +139,17 @@ static int hold_stale(const struct hold *h)
 /* This thread's hold of @dir on @fd, or NULL (stale ones are forgotten). */
 static struct hold *hold_find(int fd, enum dir dir)
 {
-	for (int i = 0; holds && i < HOLDS_MAX; i++)
-		if (holds[i].fd == fd && holds[i].dir == dir) {
-			if (!hold_stale(&holds[i]))
-				return &holds[i];
-			hold_drop_stale(&holds[i]);
+	struct hold *hs = holds;
+
+	if (!holds_used)
+		return NULL;            /* the common claim: nothing held */
+	if (hs[hold_last].fd == fd && hs[hold_last].dir == dir && !hold_stale(&hs[hold_last]))
+		return &hs[hold_last];  /* the common commit: the claim just made */
+	for (int i = 0; i < HOLDS_MAX; i++)
+		if (hs[i].fd == fd && hs[i].dir == dir) {
+			if (!hold_stale(&hs[i]))
+				return &hs[i];
+			hold_drop_stale(&hs[i]);
 		}
 	return NULL;
 }
@@ -156,14 +167,18 @@ static struct hold *hold_new(int fd, enum dir dir)
 		pthread_setspecific(holds_key, holds);
 	}
 	for (int i = 0; i < HOLDS_MAX; i++) {
-		if (hold_stale(&holds[i]))
-			hold_drop_stale(&holds[i]);
-		if (holds[i].fd < 0) {
-			holds[i].fd = fd;
-			holds[i].pid = sys_getpid();
-			holds[i].dir = dir;
-			holds[i].len = 0;
-			return &holds[i];
+		struct hold *h = &holds[i];
+
+		if (hold_stale(h))
+			hold_drop_stale(h);
+		if (h->fd < 0) {
+			h->fd = fd;
+			h->pid = sys_getpid();
+			h->dir = dir;
+			h->len = 0;
+			holds_used++;
+			hold_last = i;
+			return h;
 		}
 	}
 	return NULL;
@@ -173,9 +188,12 @@ static void hold_end(struct hold *h)
 {
 	if (h->c)
 		conn_put(h->c);
+	if (h->fd >= 0)
+		holds_used--;
 	h->c = NULL;
 	h->fd = -1;
 	h->len = 0;
+	h->off = 0;
 }
 
 int api_fail(int err)
@@ -323,6 +341,7 @@ static ssize_t hold_settle(struct hold *h, struct conn *c, ssize_t r)
 		if (c)
 			conn_put(c);
 		h->fd = -1;
+		holds_used--;
 		return r < 0 ? api_fail((int)-r) : 0;
 	}
 	h->c = c;
@@ -411,10 +430,10 @@ static int sock_timeout_ms(int fd, int opt)
 	return (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
 }
 
-/* Send the @n staged bytes as a send() of them would (api_send_all). */
+/* Send the next @n staged bytes as a send() of them would (api_send_all). */
 static ssize_t commit_copy(struct hold *h, int fd, size_t n)
 {
-	return api_send_all(fd, h->stage, n, 0, NULL);
+	return api_send_all(fd, h->stage + h->off, n, 0, NULL);
 }
 
 ssize_t api_send_all(int fd, const void *buf, size_t n, int flags, unsigned *calls)
@@ -448,16 +467,27 @@ ssize_t api_send_all(int fd, const void *buf, size_t n, int flags, unsigned *cal
 EXPORT ssize_t smclo_send_commit(int fd, size_t n, int flags)
 {
 	struct hold *h = hold_find(fd, TX);
+	int keep = flags & SMCLO_KEEP;
 	ssize_t r = (ssize_t)n;
 
-	if (!h || n > h->len || flags)
+	if (!h || n > h->len || (flags & ~SMCLO_KEEP))
 		return api_fail(EINVAL);
 	if (!h->c)
 		r = commit_copy(h, fd, n);
-	else if (io_hold_mine(&h->c->tx_hold))
-		tx_commit(h->c, fd, n);
-	else
+	else if (!io_hold_mine(&h->c->tx_hold))
 		r = -EPIPE;             /* given up by this thread's shutdown(SHUT_WR) */
+	else if (keep)
+		tx_commit_keep(h->c, fd, n);
+	else
+		tx_commit(h->c, fd, n);
+	if (keep && r >= 0) {
+		/* the claim goes on after what was published */
+		h->len -= (size_t)r;
+		h->off += (size_t)r;
+		return r;
+	}
+	if (keep && (r == -EAGAIN || r == -EINTR))
+		return api_fail((int)-r);       /* nothing sent: the claim as it was */
 	hold_end(h);
 	return r < 0 ? api_fail((int)-r) : r;
 }

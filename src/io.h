@@ -135,6 +135,9 @@ void io_release_mine(struct conn *c);
 long tx_claim(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwait);
 /* Publish the first @n claimed bytes (n <= the claim) and release. */
 void tx_commit(struct conn *c, int fd, size_t n);
+/* Publish the first @n claimed bytes and keep the rest claimed (the lock
+ * stays): many messages of one claim, each the peer's as it is committed. */
+void tx_commit_keep(struct conn *c, int fd, size_t n);
 /* Release a claim without publishing anything. */
 void tx_abort(struct conn *c);
 ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);

@@ -511,6 +511,13 @@ static int rx_wait_more(struct conn *c, int fd, uint64_t have_prod)
 	uint64_t prod;
 	int r, mine;
 
+	/* the rest of what it waits for is usually on its way (a message
+	 * being written): watch for it first, as a blocking read does before
+	 * it sleeps (spin.h) - a sleep here costs the writer a wake-up call
+	 * for every commit */
+	if (spin_for_change(atomic_load_explicit(&sh->nonblock, memory_order_relaxed),
+	                    &c->rx->prod, have_prod, &c->rx->flags))
+		return 0;
 	seq = atomic_load_explicit(&c->tx->wake_seq, memory_order_seq_cst);
 	/* take 1: a writer still rings for any unread byte it adds */
 	mine = atomic_compare_exchange_strong(&c->tx->futex_take, &none, 1);

@@ -157,6 +157,14 @@ void tx_commit(struct conn *c, int fd, size_t n)
 	sh_unlock(&c->sh->tx_lock);
 }
 
+void tx_commit_keep(struct conn *c, int fd, size_t n)
+{
+	if (n) {
+		tx_publish(c, fd, (uint32_t)n);
+		c->tx_hold.len -= n;
+	}
+}
+
 void tx_abort(struct conn *c)
 {
 	io_hold_drop(&c->tx_hold);

@@ -25,6 +25,9 @@
  *            EAGAIN; then it reads all of it
  *   close    a thread closes while holding a claim and a peek: no hang
  *   thread-exit  a thread exits holding a claim: given up, nothing sent
+ *   keep     4 MiB client to server, each claim carrying many messages of
+ *            1..2000 bytes committed one by one with SMCLO_KEEP (across the
+ *            ring's wrap), ended by a commit of 0 or an abort
  *   killed-reader  the server dies (SIGKILL) holding a peek while the client
  *            waits in a claim of a full stream: EPIPE or ECONNRESET
  *   killed-writer  the client dies holding a claim while the server waits
@@ -192,6 +195,66 @@ static void bulk_client(int fd)
 	}
 	read_exact(fd, &echo, sizeof(echo));
 	CHECK(echo == BULK_BYTES, "server counted %llu", (unsigned long long)echo);
+	printf("ok via=%s wraps=%d\n", via_name(via), wraps);
+}
+
+/* Fill @n pattern bytes at offset @at of the span (across its two pieces). */
+static void fill_span_at(const struct smclo_span *s, size_t at, size_t n)
+{
+	for (size_t j = 0; j < n; j++, at++) {
+		uint8_t *p = at < s->iov[0].iov_len ? (uint8_t *)s->iov[0].iov_base + at
+		                                    : (uint8_t *)s->iov[1].iov_base + at - s->iov[0].iov_len;
+		*p = pattern(wpos++);
+	}
+}
+
+static void keep_client(int fd)
+{
+	int via = 0, wraps = 0;
+	uint64_t echo, msgs = 0;
+
+	while (wpos < BULK_BYTES / 2) {
+		struct smclo_span s;
+		ssize_t got = smclo_send_claim(fd, 1, &s, 0);
+		size_t at = 0;
+
+		CHECK(got > 0, "claim");
+		via = s.via;
+		wraps += s.iov[1].iov_len > 0;
+		while (at < (size_t)got && wpos < BULK_BYTES / 2) {
+			size_t n = 1 + rnd(2000);
+			ssize_t r;
+
+			if (n > (size_t)got - at)
+				n = (size_t)got - at;
+			if (n > BULK_BYTES / 2 - wpos)
+				n = BULK_BYTES / 2 - wpos;
+			fill_span_at(&s, at, n);
+			r = smclo_send_commit(fd, n, SMCLO_KEEP);
+			CHECK(r == (ssize_t)n, "commit of %zu kept gave %zd", n, r);
+			at += n;
+			msgs++;
+			if (rnd(50) == 0)
+				break;          /* the rest of this claim unused */
+		}
+		/* end it: a commit of nothing, or an abort */
+		if (rnd(2))
+			CHECK(smclo_send_commit(fd, 0, 0) == 0, "final commit");
+		else
+			CHECK(smclo_send_abort(fd) == 0, "abort");
+		CHECK(smclo_send_commit(fd, 0, 0) < 0 && errno == EINVAL, "claim ended");
+	}
+	read_exact(fd, &echo, sizeof(echo));
+	CHECK(echo == BULK_BYTES / 2, "server counted %llu", (unsigned long long)echo);
+	printf("ok via=%s wraps=%d msgs=%llu\n", via_name(via), wraps, (unsigned long long)msgs);
+}
+
+static void keep_server(int fd)
+{
+	int via = 0, wraps = recv_peeked(fd, BULK_BYTES / 2, 40 << 10, &via);
+	uint64_t n = BULK_BYTES / 2;
+
+	write_all(fd, &n, sizeof(n));
 	printf("ok via=%s wraps=%d\n", via_name(via), wraps);
 }
 
@@ -575,6 +638,7 @@ static const struct scenario scenarios[] = {
 	{ "killed-reader", killed_reader_client, killed_reader_server },
 	{ "killed-writer", killed_writer_client, killed_writer_server },
 	{ "thread-exit", thread_exit_client, drain_server },
+	{ "keep", keep_client, keep_server },
 };
 
 static int listen_on(const char *host, int port)
