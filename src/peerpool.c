@@ -64,7 +64,10 @@ void peerpool_adopt(struct conn *c, int memfd, int wakefd)
 	const uint8_t *base = NULL;
 	uint64_t len = 0;
 
-	if (!c->rx_pool && memfd >= 0 && wakefd >= 0 && is_eventfd(wakefd))
+	/* a connection the peer broke stays broken: a reference refused for
+	 * want of a pool must not turn valid when one comes after it */
+	if (!c->rx_pool && memfd >= 0 && wakefd >= 0 && is_eventfd(wakefd) &&
+	    !(atomic_load(&c->sh->flags) & SH_BROKEN))
 		base = map_pool(memfd, &len);
 	if (memfd >= 0)
 		sys_close(memfd);
