@@ -324,6 +324,22 @@ int fd_dup_hidden(int fd)
 	return h;
 }
 
+int fd_keep_copy(int fd, int if_spare)
+{
+	int h;
+
+	/* a server's descriptors are its capacity: an eighth of them at most
+	 * go to copies kept for a hand-over */
+	if (if_spare && (fd_budget_small || conn_count() * 8 > fd_soft_limit))
+		return -1;
+	h = fd_dup_hidden(fd);
+	if (if_spare && h >= 0 && !fd_is_hidden(h)) {
+		sys_close(h);   /* it would take one of the program's numbers */
+		h = -1;
+	}
+	return h;
+}
+
 int fd_is_hidden(int fd)
 {
 	return fd >= hide_base;

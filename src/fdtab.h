@@ -96,7 +96,6 @@ void fd_for_each_listener(void (*fn)(int fd));
 
 /* The connection behind @fd with a reference held, or NULL. */
 struct conn *conn_get(int fd);
-void conn_put(struct conn *c);
 /* Quick test without a reference, for the pass-through fast path. */
 static inline int fd_has_conn(int fd)
 {
@@ -122,6 +121,18 @@ int fd_table_high(void);
 void conn_for_each_fd(void (*fn)(int fd, struct conn *c, void *arg), void *arg);
 /* Move @fd above the application's range, close-on-exec; returns new fd. */
 int fd_hide(int fd);
+/* A hidden copy of @fd, or -1 (io_hooks.keep_copy): with @if_spare, only
+ * if the descriptor budget allows and the copy lands in the hidden range. */
+int fd_keep_copy(int fd, int if_spare);
+
+/* fdclose.c: the descriptor side of closing */
+void conn_close_fd(int fd);
+/*
+ * A program that cannot take the connection over gets @fd as a fresh,
+ * unconnected TCP socket.  @leave: this process stops holding it (an exec
+ * of the process itself; not a vfork child, whose parent goes on with it).
+ */
+void conn_reset_for_exec(int fd, int leave);
 /* The same, keeping @fd open. */
 int fd_dup_hidden(int fd);
 /*

@@ -1,6 +1,6 @@
 /*
  * fuzz_region.c - a client's region as a server maps it: region_map()
- * (src/region.c), which checks the memfd's seals and size and both ring
+ * (src/core/region.c), which checks the memfd's seals and size and both ring
  * headers (ring_hdr_check, src/proto/ring.c) before anything in it is used.
  *
  * Fuzzes: the ring sizes the offer claims (any 32-bit values), the memfd's

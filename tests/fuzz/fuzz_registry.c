@@ -2,7 +2,7 @@
  * fuzz_registry.c - listener entry names as anyone who may write the
  * registry can make them: l/<port>.<netns>.<ip>.<flags>.<pid>.<inbox>.
  * <direct>.<tx>.<rx>.<rand>, parsed by registry_listener_find() and swept
- * by registry_gc() (src/registry.c).
+ * by registry_gc() (src/registry/registry.c).
  *
  * The parser itself (parse_listener_name) is static, so this harness goes
  * through the public function that calls it, on a registry of its own:

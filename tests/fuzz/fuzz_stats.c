@@ -1,7 +1,7 @@
 /*
  * fuzz_stats.c - other processes' statistics files as `smclo stat` and
  * `smclo stats` read them: connection tables c/<pid>.<rand> and totals
- * t/<uid> (src/stats.c), and the listing of each table slot
+ * t/<uid> (src/registry/stats.c), and the listing of each table slot
  * (print_rows, src/cli/stat.c).
  *
  * Anyone who may write the registry can write these files, and they are

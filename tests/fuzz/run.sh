@@ -36,17 +36,17 @@ FUZZ_BUILD=${FUZZ_BUILD:-$root/build-fuzz}
 # what every harness links: the library's pure part (CMakeLists.txt: smclo_core)
 core="src/proto/ring.c src/proto/clc.c src/proto/reason.c src/proto/config.c
       src/proto/log.c src/proto/addr.c src/base/forkguard.c src/base/elfinfo.c
-      src/registry.c src/stats.c src/peerinfo.c"
+      src/registry/registry.c src/registry/stats.c src/registry/peerinfo.c"
 
 # the rest each harness needs
 extra_sources() {
 	case $1 in
-	fuzz_ring)   echo "src/rx.c src/tx.c src/bell.c src/peerpool.c" ;;
-	fuzz_region) echo "src/region.c src/conn.c src/fdtab.c src/shared.c src/peerpool.c" ;;
+	fuzz_ring)   echo "src/core/rx.c src/core/tx.c src/core/bell.c src/core/peerpool.c" ;;
+	fuzz_region) echo "src/core/region.c src/core/conn.c src/core/shared.c src/core/peerpool.c src/core/bell.c src/core/close.c src/core/rx.c src/core/tx.c src/core/peerid.c src/base/spin.c src/base/cpus.c" ;;
 	esac
 }
 
-CFLAGS="-g -O1 -std=gnu11 -D_GNU_SOURCE -I$root/src -I$root/src/proto -I$root/src/base -Wall -Wextra -Wno-unused-parameter
+CFLAGS="-g -O1 -std=gnu11 -D_GNU_SOURCE -I$root/src -I$root/src/core -I$root/src/registry -I$root/src/proto -I$root/src/base -Wall -Wextra -Wno-unused-parameter
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -pthread"
 
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -119,7 +119,7 @@ case ${1:-} in
 --seeds)
 	command -v "$CC" >/dev/null 2>&1 || need_clang
 	mkdir -p "$FUZZ_BUILD/bin"
-	(cd "$root" && $CC -g -std=gnu11 -D_GNU_SOURCE -I"$root/src" -I"$root/src/proto" \
+	(cd "$root" && $CC -g -std=gnu11 -D_GNU_SOURCE -I"$root/src" -I"$root/src/core" -I"$root/src/registry" -I"$root/src/proto" \
 	      -I"$root/src/base" tests/fuzz/gen_seeds.c \
 	      $core -pthread -o "$FUZZ_BUILD/bin/gen_seeds") || die "building gen_seeds failed"
 	"$FUZZ_BUILD/bin/gen_seeds" "$here/corpus" || die "gen_seeds failed"

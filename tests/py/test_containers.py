@@ -7,7 +7,7 @@ registry bind-mounted into both (docs/containers.md).
 A peer in another PID namespace reads as pid 0 in SO_PEERCRED, and a pid it
 writes into the registry is a number of its own namespace (both servers
 below are pid 1): peers are told apart by keys that hold across namespaces
-(src/peerid.h).  These tests fail when a peer in another PID namespace is
+(src/core/peerid.h).  These tests fail when a peer in another PID namespace is
 refused (it used to be counted `different-user`), and when a region reaches
 a second process that happens to have the same pid."""
 import os

@@ -112,7 +112,7 @@ BUGS = {}
 # * exec-closeall, exec-closerange: an inetd child closing every descriptor above
 #   2 before exec would take smclo's own (the connection's state, region and
 #   TCP socket) and the hand-over would find them gone; close(), close_range()
-#   and closefrom() keep smclo's own descriptors (fd_is_ours, src/conn.h).
+#   and closefrom() keep smclo's own descriptors (fd_is_ours, src/fdtab.h).
 # * daemon-*: a daemon that closes every descriptor would close smclo's
 #   registry descriptor too; close(), close_range() and closefrom() keep that
 #   one (src/preload.c), so it is expected as for `accept`.

@@ -45,6 +45,13 @@ int io_keep_fd(int fd)
 	return hooks.keep_fd ? hooks.keep_fd(fd) : fd;
 }
 
+int io_keep_copy(int fd, int if_spare)
+{
+	if (hooks.keep_copy)
+		return hooks.keep_copy(fd, if_spare);
+	return if_spare ? -1 : sys_fcntl(fd, F_DUPFD_CLOEXEC, 3);
+}
+
 int io_rcvtimeo_ms(struct conn *c, int fd)
 {
 	return hooks.rcvtimeo_ms ? hooks.rcvtimeo_ms(c, fd) : 0;
@@ -285,6 +292,11 @@ static ssize_t bell_take(struct conn *c, int fd, char *b)
 	                    .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
 	ssize_t n = sys_recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 
+	if (n < 0 && errno != EAGAIN && errno != EINTR)
+		/* it cannot fail otherwise for a doorbell, but a seccomp filter
+		 * can make it: the doorbell still goes (its descriptors, if any,
+		 * with it - a pool refused) */
+		return sys_recv(fd, b, 1, MSG_DONTWAIT);
 	if (n >= 0 && m.msg_controllen) {
 		int fds[2] = { -1, -1 }, got = 0;
 

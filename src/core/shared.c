@@ -15,9 +15,9 @@
  * again by a scan once the free list runs dry.
  */
 #include "conn.h"
-#include "fdtab.h"
 
 #include "forkguard.h"
+#include "io.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -90,7 +90,7 @@ static struct chunk *chunk_new(void)
 	k->base = mmap(NULL, CHUNK_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (k->base == MAP_FAILED)
 		goto fail;
-	k->fd = fd_hide(fd);
+	k->fd = io_keep_fd(fd);
 	k->len = CHUNK_LEN;
 	k->maker = sys_getpid();
 	k->next = chunks;
@@ -224,7 +224,7 @@ struct conn_shared *conn_shared_adopt(int fd, uint32_t offset)
 		return NULL;
 	k->base = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, page);
 	/* kept, to hand the connection on again at the next exec */
-	k->fd = k->base == MAP_FAILED ? -1 : fd_dup_hidden(fd);
+	k->fd = k->base == MAP_FAILED ? -1 : io_keep_copy(fd, 0);
 	if (k->fd < 0) {
 		if (k->base != MAP_FAILED)
 			munmap(k->base, PAGE);

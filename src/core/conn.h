@@ -135,6 +135,8 @@ extern int registry_fd;        /* -1 when the registry is unusable */
 extern struct stats_totals *totals;
 
 struct conn *conn_alloc(int mode);
+/* Drop a reference; the last one recycles the object (and its region). */
+void conn_put(struct conn *c);
 /* @fd is the doorbell socket of @c now: remember its inode (bell_ino). */
 void conn_note_bell(struct conn *c, int fd);
 int conn_count(void);

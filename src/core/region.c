@@ -8,10 +8,10 @@
  * close, so a mutex and a linear walk are all it needs.
  */
 #include "region.h"
-#include "fdtab.h"
 
 #include "conn.h"
 #include "forkguard.h"
+#include "io.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -130,7 +130,7 @@ static struct region *create(uint32_t up, uint32_t down)
 		munmap(r->base, r->len);
 		goto fail;
 	}
-	r->memfd = fd_hide(fd);
+	r->memfd = io_keep_fd(fd);
 	r->mine = 1;
 	r->creator = geteuid();
 	r->up = up;
@@ -226,26 +226,13 @@ struct region *region_get(peerid peer, uint32_t up, uint32_t down, int *memfd)
 }
 
 /*
- * A copy of @memfd among the hidden descriptors, or -1: where the hidden
- * range is out of reach the copy would take one of the application's
- * numbers, and a handover is not worth that.
+ * A copy of @memfd among smclo's own descriptors, or -1: where the process
+ * cannot spare one (its descriptor budget, or the copy would take one of
+ * the application's numbers) a handover is not worth it.
  */
 static int keep_hidden(int memfd)
 {
-	int h;
-
-	/* a server's descriptors are its capacity: an eighth of them at most
-	 * go to keeping regions for a hand-over (beyond, such a connection is
-	 * reset on exec rather than handed over) */
-	if (fd_budget_small || conn_count() * 8 > fd_soft_limit)
-		return -1;
-	h = fd_dup_hidden(memfd);
-
-	if (h >= 0 && !fd_is_hidden(h)) {
-		sys_close(h);
-		h = -1;
-	}
-	return h;
+	return io_keep_copy(memfd, 1);
 }
 
 static struct region *map_new(int memfd, const struct stat *st, uint32_t up, uint32_t down)

@@ -41,11 +41,16 @@ struct io_hooks {
 	/* keep @fd as one of smclo's own, out of the program's way; returns
 	 * the number it has now */
 	int (*keep_fd)(int fd);
+	/* a copy of @fd kept as one of smclo's own, or -1; @if_spare: only if
+	 * the process can spare a descriptor for it (regions kept for a
+	 * hand-over must not eat a server's capacity) */
+	int (*keep_copy)(int fd, int if_spare);
 };
 void io_set_hooks(const struct io_hooks *h);
 void io_thread_sleeps(void);
 int io_rcvtimeo_ms(struct conn *c, int fd);
 int io_keep_fd(int fd);
+int io_keep_copy(int fd, int if_spare);
 
 /* bell.c */
 #define SIDE_SNDBUF 6500    /* the doorbell socket's; the kernel doubles it: ~4 doorbells
@@ -203,15 +208,11 @@ int rx_settle_bells(struct conn *c, int fd);
 int rx_peer_prod(struct conn *c, uint64_t *prod);
 
 /* close.c */
-void conn_close_fd(int fd);
 int conn_shutdown(struct conn *c, int fd, int how);
 void conn_mark_broken(struct conn *c);
-/*
- * A program that cannot take the connection over gets @fd as a fresh,
- * unconnected TCP socket.  @leave: this process stops holding it (an exec
- * of the process itself; not a vfork child, whose parent goes on with it).
- */
-void conn_reset_for_exec(int fd, int leave);
+/* The last holder is done with @c: CLOSED (and ABORT if @abort or unread
+ * bytes are thrown away) for the peer to read after our last byte. */
+void conn_publish_close(struct conn *c, int abort);
 /*
  * @c's descriptors all close at the exec (close-on-exec): this process
  * stops holding it, as a close() would say.  1 if another holder remains
