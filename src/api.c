@@ -107,7 +107,7 @@ static int hold_names(const struct hold *h)
 	return api_names(h->fd, h->c, h->dev, h->ino);
 }
 
-int api_names(int fd, struct conn *c, dev_t dev, ino_t ino)
+int api_names(int fd, const struct conn *c, dev_t dev, ino_t ino)
 {
 	struct stat st;
 

@@ -20,7 +20,7 @@ int api_fail(int err);
  */
 struct conn *api_conn(int fd, int for_send, int *err);
 /* Does @fd still name @c (or, for the TCP path, @c NULL, the file @dev/@ino)? */
-int api_names(int fd, struct conn *c, dev_t dev, ino_t ino);
+int api_names(int fd, const struct conn *c, dev_t dev, ino_t ino);
 /*
  * Send @n bytes on the TCP socket @fd as a send() of them would: all of
  * them, waiting for room - but on a non-blocking socket, when SO_SNDTIMEO

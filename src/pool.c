@@ -339,7 +339,7 @@ EXPORT void *smclo_pool_get(struct smclo_pool *p)
 	return ptr;
 }
 
-EXPORT int smclo_pool_put(struct smclo_pool *p, void *ptr)
+EXPORT int smclo_pool_put(struct smclo_pool *p, void *buf)
 {
 	struct buf *b;
 	int r = 0;
@@ -347,7 +347,7 @@ EXPORT int smclo_pool_put(struct smclo_pool *p, void *ptr)
 	if (!owned(p))
 		return api_fail(p ? EPERM : EINVAL);
 	pthread_mutex_lock(&p->lock);
-	if ((b = buf_of(p, ptr)) && b->state == BUF_APP)
+	if ((b = buf_of(p, buf)) && b->state == BUF_APP)
 		b->state = BUF_FREE;
 	else
 		r = api_fail(EINVAL);
@@ -368,7 +368,7 @@ static int by_reference(struct smclo_pool *p)
 }
 
 /* The bytes by reference: the stream position that releases them, or -errno. */
-static long long send_ref(struct smclo_pool *p, struct buf *b, size_t len, int dontwait)
+static long long send_ref(struct smclo_pool *p, const struct buf *b, size_t len, int dontwait)
 {
 	uint32_t off = (uint32_t)((size_t)(b - p->bufs) * p->buf_size);
 	long long end = tx_send_ref(p->c, p->fd, off, (uint32_t)len, dontwait);

@@ -75,6 +75,10 @@ static ssize_t bell_message(int fd, const int *fds, int nfds)
 	memset(&u, 0, sizeof(u));
 	m.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
 	cm = CMSG_FIRSTHDR(&m);
+	if (!cm) {
+		errno = EINVAL;         /* cannot be: the buffer is sized for it */
+		return -1;
+	}
 	cm->cmsg_level = SOL_SOCKET;
 	cm->cmsg_type = SCM_RIGHTS;
 	cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
