@@ -28,9 +28,33 @@ def test_bulk_through_echo(reg, procs, kind):
     procs.stop(srv)
 
 
+@pytest.mark.parametrize("kind", ["ring", "copy"])
+def test_pool_bulk_through_echo(reg, procs, kind):
+    """bulk_sender's pool: by reference through the rings (the first
+    buffers copied until the echo server took the pool), copied on TCP."""
+    env = dict(reg.env)
+    if kind == "copy":
+        env["SMCLO_DISABLE"] = "1"
+    port = free_port()
+    srv = procs.start([str(EXAMPLES / "echo_server"), str(port)], env, smclo=False, text=True)
+    assert srv.stdout.readline().strip() == "ready"
+    r = subprocess.run([str(EXAMPLES / "bulk_sender"), str(port), "64", "pool"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.split()[-1] == "match", r.stdout + r.stderr
+    f = dict(x.split("=", 1) for x in r.stdout.split() if "=" in x)
+    assert f["via"] == kind and int(f["bytes"]) == 64 << 20, r.stdout
+    assert int(f["by-reference"]) + int(f["copied"]) == 256, r.stdout    # 64 MiB / 256 KiB
+    if kind == "ring":
+        assert int(f["by-reference"]) > 200, r.stdout
+    else:
+        assert int(f["by-reference"]) == 0, r.stdout
+    procs.stop(srv)
+
+
 def test_usage_errors():
     for prog, args in (("echo_server", []), ("echo_server", ["0"]),
-                       ("bulk_sender", ["1"]), ("bulk_sender", ["x", "1"])):
+                       ("bulk_sender", ["1"]), ("bulk_sender", ["x", "1"]),
+                       ("bulk_sender", ["1", "1", "zerocopy"])):
         r = subprocess.run([str(EXAMPLES / prog)] + args, capture_output=True, text=True,
                            timeout=10)
         assert r.returncode == 2 and "usage:" in r.stderr, (prog, args, r.stderr)
