@@ -226,7 +226,10 @@ static int kernel_zc_worth(int fd)
 /* Hand the pool to the peer, if not done yet; a full doorbell socket: later. */
 static void announce(struct smclo_pool *p)
 {
-	if (!p->announced && bell_send_pool(p->c, p->fd, p->memfd, p->efd) == 0)
+	/* the doorbell takes the transmit lock: not while this thread's own
+	 * claim holds it (its send then fails with EDEADLK, tx_send_ref) */
+	if (!p->announced && !io_hold_mine(&p->c->tx_hold) &&
+	    bell_send_pool(p->c, p->fd, p->memfd, p->efd) == 0)
 		p->announced = 1;
 }
 
@@ -327,6 +330,8 @@ EXPORT void *smclo_pool_get(struct smclo_pool *p)
 		return NULL;
 	}
 	pthread_mutex_lock(&p->lock);
+	if (p->c)
+		announce(p);    /* if the creation could not: a send is coming */
 	for (unsigned i = 0; i < p->nbufs; i++)
 		if (p->bufs[i].state == BUF_FREE) {
 			p->bufs[i].state = BUF_APP;

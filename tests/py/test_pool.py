@@ -128,6 +128,7 @@ def test_reader_killed_holding(reg, procs, kind):
     env = reg.env if kind == "ring" else plain_env(reg)
     cli, _ = run_pair(procs, "killed", env, env, server_dies=True)
     if kind == "ring":
-        assert cli["reclaimed"] == cli["sent"] == 4 and cli["copied"] == 0, cli
+        # the sends before the reader died (a later one fails with EPIPE)
+        assert cli["reclaimed"] == cli["sent"] >= 1 and cli["copied"] == 0, cli
     else:
         assert cli["copied"] == cli["sent"], cli
