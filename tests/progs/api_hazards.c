@@ -22,6 +22,7 @@
  *                 signal
  */
 #include "smclo.h"
+#include "scenario.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -38,19 +39,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static void failf(const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("FAIL: ");
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf(" (errno %s)\n", strerror(errno));
-	exit(1);
-}
-
-#define CHECK(cond, ...) do { if (!(cond)) failf(__VA_ARGS__); } while (0)
 
 static double now(void)
 {

@@ -34,6 +34,7 @@
  *            in a peek for more than was committed: those bytes, then the end
  */
 #include "smclo.h"
+#include "scenario.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -54,22 +55,6 @@
 
 #define BULK_BYTES (8u << 20)
 
-static const char *role = "?";
-
-static void failf(const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("FAIL %s: ", role);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf(" (errno %s)\n", strerror(errno));
-	fflush(stdout);
-	exit(1);
-}
-
-#define CHECK(cond, ...) do { if (!(cond)) failf(__VA_ARGS__); } while (0)
 
 static uint8_t pattern(uint64_t off)
 {
@@ -160,25 +145,7 @@ static int recv_peeked(int fd, size_t n, size_t max_min, int *via)
 	return wraps;
 }
 
-static void write_all(int fd, const void *b, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, b, n);
-		CHECK(w > 0, "write");
-		b = (const char *)b + w;
-		n -= (size_t)w;
-	}
-}
 
-static void read_exact(int fd, void *b, size_t n)
-{
-	while (n) {
-		ssize_t r = read(fd, b, n);
-		CHECK(r > 0, "read (got %zd)", r);
-		b = (char *)b + r;
-		n -= (size_t)r;
-	}
-}
 
 /* ---- scenarios ---------------------------------------------------------- */
 
@@ -620,11 +587,6 @@ static void thread_exit_client(int fd)
 	printf("ok via=%s\n", via_name(via));
 }
 
-struct scenario {
-	const char *name;
-	void (*client)(int fd);
-	void (*server)(int fd);
-};
 
 static const struct scenario scenarios[] = {
 	{ "bulk", bulk_client, bulk_server },
@@ -641,60 +603,13 @@ static const struct scenario scenarios[] = {
 	{ "keep", keep_client, keep_server },
 };
 
-static int listen_on(const char *host, int port)
+static void client_start(void)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-
-	CHECK(inet_pton(AF_INET, host, &a.sin_addr) == 1, "address %s", host);
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "bind");
-	CHECK(listen(fd, 8) == 0, "listen");
-	return fd;
-}
-
-static int connect_to(const char *host, int port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	CHECK(inet_pton(AF_INET, host, &a.sin_addr) == 1, "address %s", host);
-	CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect");
-	return fd;
+	rng ^= 0x9e3779b97f4a7c15ull;   /* the two ends draw different sizes */
 }
 
 int main(int argc, char **argv)
 {
-	const struct scenario *sc = NULL;
-	int fd;
-
-	if (argc != 5) {
-		fprintf(stderr, "usage: api_peer serve|connect HOST PORT SCENARIO\n");
-		return 2;
-	}
-	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
-		if (!strcmp(argv[4], scenarios[i].name))
-			sc = &scenarios[i];
-	if (!sc) {
-		fprintf(stderr, "api_peer: no scenario %s\n", argv[4]);
-		return 2;
-	}
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	role = argv[1];
-	if (!strcmp(argv[1], "serve")) {
-		int ls = listen_on(argv[2], atoi(argv[3]));
-
-		printf("ready\n");
-		fd = accept(ls, NULL, NULL);
-		CHECK(fd >= 0, "accept");
-		sc->server(fd);
-	} else if (!strcmp(argv[1], "connect")) {
-		fd = connect_to(argv[2], atoi(argv[3]));
-		rng ^= 0x9e3779b97f4a7c15ull;   /* the two ends draw different sizes */
-		sc->client(fd);
-	} else {
-		fprintf(stderr, "api_peer: serve or connect, not %s\n", argv[1]);
-		return 2;
-	}
-	return 0;
+	return scenario_main(argc, argv, "api_peer", scenarios,
+	                     sizeof(scenarios) / sizeof(scenarios[0]), client_start);
 }

@@ -360,33 +360,27 @@ def p_pool_accept(port, work):
         echo_api(l.accept()[0], pool=True)
 
 
-def p_pool_fork(port, work):
+def fork_echo_api(port, pool):
     """fork per connection, the parent closing its copy at once, the child
-    echoing from a buffer pool it makes."""
+    echoing through the native API (from a buffer pool it makes, @pool)."""
     l = listen(port)
     ready()
     while True:
         c, _ = l.accept()
         if os.fork() == 0:
             l.close()
-            echo_api(c, greet=True, pool=True)
-            os._exit(0)
-        c.close()
-
-
-def p_api_fork(port, work):
-    """fork per connection, the parent closing its copy at once, the child
-    echoing through the native API."""
-    l = listen(port)
-    ready()
-    while True:
-        c, _ = l.accept()
-        if os.fork() == 0:
-            l.close()
-            echo_api(c, greet=True)
+            echo_api(c, greet=True, pool=pool)
             os._exit(0)
         c.close()
         reap()
+
+
+def p_pool_fork(port, work):
+    fork_echo_api(port, True)
+
+
+def p_api_fork(port, work):
+    fork_echo_api(port, False)
 
 
 def p_thread(port, work):

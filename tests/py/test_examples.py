@@ -10,45 +10,43 @@ from conftest import BUILD, free_port
 EXAMPLES = BUILD / "examples"
 
 
-@pytest.mark.parametrize("kind", ["ring", "copy"])
-def test_bulk_through_echo(reg, procs, kind):
+def bulk_through_echo(reg, procs, kind, *mode):
+    """examples/bulk_sender (in @mode) through examples/echo_server: its
+    output's fields, after checking it matched and how the bytes went."""
     env = dict(reg.env)
     if kind == "copy":
         env["SMCLO_DISABLE"] = "1"
     port = free_port()
     srv = procs.start([str(EXAMPLES / "echo_server"), str(port)], env, smclo=False, text=True)
     assert srv.stdout.readline().strip() == "ready"
-    r = subprocess.run([str(EXAMPLES / "bulk_sender"), str(port), "64"], env=env,
+    r = subprocess.run([str(EXAMPLES / "bulk_sender"), str(port), "64"] + list(mode), env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.split()[-1] == "match", r.stdout + r.stderr
-    assert r.stdout.startswith("via=%s bytes=%d " % (kind, 64 << 20)), r.stdout
+    f = dict(x.split("=", 1) for x in r.stdout.split() if "=" in x)
+    assert f["via"] == kind and int(f["bytes"]) == 64 << 20, r.stdout
     if kind == "ring":
         st = reg.wait_stats(lambda s: s["accelerated"] >= 2)
         assert st["accelerated_client"] == 1 and st["accelerated_server"] == 1, st
     procs.stop(srv)
+    return f
+
+
+@pytest.mark.parametrize("kind", ["ring", "copy"])
+def test_bulk_through_echo(reg, procs, kind):
+    bulk_through_echo(reg, procs, kind)
 
 
 @pytest.mark.parametrize("kind", ["ring", "copy"])
 def test_pool_bulk_through_echo(reg, procs, kind):
     """bulk_sender's pool: by reference through the rings (the first
     buffers copied until the echo server took the pool), copied on TCP."""
-    env = dict(reg.env)
-    if kind == "copy":
-        env["SMCLO_DISABLE"] = "1"
-    port = free_port()
-    srv = procs.start([str(EXAMPLES / "echo_server"), str(port)], env, smclo=False, text=True)
-    assert srv.stdout.readline().strip() == "ready"
-    r = subprocess.run([str(EXAMPLES / "bulk_sender"), str(port), "64", "pool"], env=env,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and r.stdout.split()[-1] == "match", r.stdout + r.stderr
-    f = dict(x.split("=", 1) for x in r.stdout.split() if "=" in x)
-    assert f["via"] == kind and int(f["bytes"]) == 64 << 20, r.stdout
-    assert int(f["by-reference"]) + int(f["copied"]) == 256, r.stdout    # 64 MiB / 256 KiB
+    f = bulk_through_echo(reg, procs, kind, "pool")
+    sent = int(f["by-reference"]) + int(f["copied"])
+    assert sent == 256, f                               # 64 MiB / 256 KiB
     if kind == "ring":
-        assert int(f["by-reference"]) > 200, r.stdout
+        assert int(f["by-reference"]) > 200, f
     else:
-        assert int(f["by-reference"]) == 0, r.stdout
-    procs.stop(srv)
+        assert int(f["by-reference"]) == 0, f
 
 
 def test_usage_errors():
