@@ -176,10 +176,12 @@ int smclo_recv_consume(int fd, size_t n);
  * into the ring (or the socket) and its notification says
  * SMCLO_CQE_F_COPIED: the calls work everywhere, only the copy differs.
  * On TCP to another host (not a loopback address) a send of 10 KiB or more
- * goes with the kernel's zero copy, MSG_ZEROCOPY: the buffer is the
+ * goes with the kernel's zero copy - io_uring's SEND_ZC, or MSG_ZEROCOPY
+ * where io_uring is not allowed or SMCLO_IO_URING=0: the buffer is the
  * library's until the kernel notifies it (SMCLO_CQE_F_KERNEL, and
- * SMCLO_CQE_F_COPIED if the kernel copied after all).  Such a socket's
- * error queue is the pool's: do not use MSG_ZEROCOPY or IP_RECVERR on it.
+ * SMCLO_CQE_F_COPIED if the kernel copied after all).  With MSG_ZEROCOPY
+ * the socket's error queue is the pool's: do not use MSG_ZEROCOPY or
+ * IP_RECVERR on it.
  */
 struct smclo_pool;
 

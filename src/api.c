@@ -436,13 +436,25 @@ static ssize_t commit_copy(struct hold *h, int fd, size_t n)
 	return api_send_all(fd, h->stage + h->off, n, 0, NULL);
 }
 
+/* One send() of sys_send's, with the flags *@ctx holds. */
+static ssize_t send_once_sys(void *ctx, int fd, const void *buf, size_t n)
+{
+	return sys_send(fd, buf, n, MSG_NOSIGNAL | *(const int *)ctx);
+}
+
 ssize_t api_send_all(int fd, const void *buf, size_t n, int flags, unsigned *calls)
+{
+	return api_send_all_by(fd, buf, n, send_once_sys, &flags, calls);
+}
+
+ssize_t api_send_all_by(int fd, const void *buf, size_t n, api_send_once_fn once, void *ctx,
+                        unsigned *calls)
 {
 	int nonblock = nonblocking(fd), timeo = -1;
 	size_t done = 0;
 
 	while (done < n) {
-		ssize_t w = sys_send(fd, (const char *)buf + done, n - done, MSG_NOSIGNAL | flags);
+		ssize_t w = once(ctx, fd, (const char *)buf + done, n - done);
 		int r;
 
 		if (w > 0) {

@@ -30,5 +30,13 @@ int api_names(int fd, const struct conn *c, dev_t dev, ino_t ino);
  * one MSG_ZEROCOPY notification).  Returns the count or -errno.
  */
 ssize_t api_send_all(int fd, const void *buf, size_t n, int flags, unsigned *calls);
+/*
+ * The same with @once(@ctx, ...) as the send() call: it returns the count
+ * it sent, or -1 with errno (EAGAIN when the socket has no room: it is
+ * polled for room before the next call).
+ */
+typedef ssize_t (*api_send_once_fn)(void *ctx, int fd, const void *buf, size_t n);
+ssize_t api_send_all_by(int fd, const void *buf, size_t n, api_send_once_fn once, void *ctx,
+                        unsigned *calls);
 
 #endif

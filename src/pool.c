@@ -31,13 +31,11 @@
 #include "fdtab.h"
 #include "interpose.h"
 #include "io.h"
+#include "kernelzc.h"
 #include "log.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/errqueue.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -50,9 +48,6 @@
 #include <unistd.h>
 
 #define PAGE 4096u
-/* The smallest send worth the kernel's zero copy: below it, pinning pages
- * and the notification cost more than the copy they save. */
-#define KERNEL_ZC_MIN (10u << 10)
 
 enum buf_state {
 	BUF_FREE,       /* smclo_pool_get may hand it out */
@@ -65,10 +60,6 @@ struct buf {
 	enum buf_state state;
 	uint64_t seq;           /* the send that took it */
 	uint64_t end;           /* BUF_SENT by reference: the stream position that releases it */
-	uint32_t zc_first;      /* BUF_SENT by MSG_ZEROCOPY: its notification ids, */
-	uint32_t zc_count;      /* one per send() call that took bytes, */
-	uint32_t zc_left;       /* those not notified yet, */
-	int zc_copied;          /* and whether the kernel copied after all */
 	unsigned long long user_data;
 };
 
@@ -94,9 +85,7 @@ struct smclo_pool {
 	int announced;          /* the memfd went to the peer */
 	int peer_gone;          /* everything out was reclaimed */
 	uint64_t cons_seen;     /* the peer's cursor, never taken backwards */
-	int kernel_zc;          /* TCP to another host: MSG_ZEROCOPY for large sends */
-	uint32_t zc_next;       /* the socket's next MSG_ZEROCOPY notification id */
-	int zc_watched;         /* the socket is in epfd for its error queue */
+	struct kernel_zc kzc;   /* TCP to another host: the kernel's zero copy */
 	int efd;                /* the peer's (and our) wake-up */
 	int epfd;               /* smclo_pool_fd(): efd, and the connection's hang-up */
 	struct cq_entry *cq;    /* ring of completions */
@@ -181,6 +170,7 @@ static int pool_wakeups(struct smclo_pool *p)
 
 static void pool_free(struct smclo_pool *p)
 {
+	kernel_zc_free(&p->kzc);
 	if (p->base)
 		munmap(p->base, (size_t)p->nbufs * p->buf_size);
 	if (p->memfd >= 0)
@@ -194,33 +184,6 @@ static void pool_free(struct smclo_pool *p)
 	pthread_mutex_destroy(&p->lock);
 	free(p->cq);
 	free(p);
-}
-
-/*
- * Is TCP socket @fd connected to another host, where the kernel's zero copy
- * (MSG_ZEROCOPY) saves the copy?  Over loopback the kernel copies anyway
- * (and says so): not worth the pinning.  Turns SO_ZEROCOPY on if so.
- */
-static int kernel_zc_worth(int fd)
-{
-	struct sockaddr_storage ss;
-	socklen_t l = sizeof(ss);
-	int one = 1;
-
-	if (sys_getpeername(fd, (struct sockaddr *)&ss, &l) < 0)
-		return 0;
-	if (ss.ss_family == AF_INET) {
-		const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
-		if ((ntohl(a->sin_addr.s_addr) >> 24) == 127)
-			return 0;
-	} else if (ss.ss_family == AF_INET6) {
-		const struct in6_addr *a = &((const struct sockaddr_in6 *)&ss)->sin6_addr;
-		if (IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127))
-			return 0;
-	} else {
-		return 0;
-	}
-	return setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) == 0;
 }
 
 /* Hand the pool to the peer, if not done yet; a full doorbell socket: later. */
@@ -268,14 +231,14 @@ EXPORT struct smclo_pool *smclo_pool_create(int fd, size_t buf_size, unsigned nb
 		p->dev = st.st_dev;
 		p->ino = st.st_ino;
 	}
-	if (!err && !p->c)
-		p->kernel_zc = kernel_zc_worth(fd);
 	if (!err && p->c && atomic_exchange(&p->c->sh->pool_made, 1))
 		err = EBUSY;    /* the peer maps one pool per connection */
 	if (!err)
 		err = -pool_memory(p, len);
 	if (!err)
 		err = -pool_wakeups(p);
+	if (!err && !p->c)
+		kernel_zc_init(&p->kzc, fd, p->epfd, p->base, len, nbufs, cfg.io_uring);
 	if (err) {
 		pool_free(p);
 		api_fail(err);
@@ -396,52 +359,27 @@ static ssize_t send_copy(struct smclo_pool *p, const void *buf, size_t len, int 
 	return n < 0 ? -errno : n;
 }
 
-/*
- * The bytes by the kernel's zero copy (MSG_ZEROCOPY), to a peer on another
- * host: each send() call that takes bytes gets the socket's next
- * notification id, and the buffer is free once the kernel notified them
- * all (collect_kernel).  The kernel refusing (ENOBUFS: its page pinning
- * budget, optmem) makes it a copy.  The count or -errno.
- */
-static ssize_t send_kernel_zc(struct smclo_pool *p, struct buf *b, const void *buf, size_t len,
-                              int dontwait)
+static unsigned kernel_flags(int copied)
 {
-	struct epoll_event ev = { .events = 0 };
-	unsigned calls = 0;
-	ssize_t n;
-
-	if (dontwait) {
-		n = sys_send(p->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT | MSG_ZEROCOPY);
-		n = n < 0 ? -errno : n;
-		calls = n > 0;
-	} else {
-		n = api_send_all(p->fd, buf, len, MSG_ZEROCOPY, &calls);
-	}
-	if (n == -ENOBUFS && !calls)
-		return send_copy(p, buf, len, dontwait);
-	if (calls) {
-		b->zc_first = p->zc_next;
-		b->zc_count = b->zc_left = calls;
-		b->zc_copied = 0;
-		p->zc_next += calls;
-		/* the notifications make the socket report an error: our poll */
-		if (!p->zc_watched && sys_epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->fd, &ev) == 0)
-			p->zc_watched = 1;
-	}
-	return n;
+	return SMCLO_CQE_F_KERNEL | (copied ? SMCLO_CQE_F_COPIED : 0);
 }
 
-/* May this send go by the kernel's zero copy? */
-static int by_kernel_zc(const struct smclo_pool *p, size_t len)
+/* kernel_zc_done_fn: the kernel is done with buffer @i; one still being
+ * sent is notified by smclo_pool_send after its request. */
+static void kernel_sent(void *ctx, unsigned i, int copied)
 {
-	return !p->c && p->kernel_zc && len >= KERNEL_ZC_MIN;
+	struct smclo_pool *p = ctx;
+
+	if (p->bufs[i].state == BUF_SENT)
+		notify(p, &p->bufs[i], kernel_flags(copied));
 }
 
 EXPORT ssize_t smclo_pool_send(struct smclo_pool *p, void *buf, size_t len,
                                unsigned long long user_data, int flags)
 {
-	int dontwait = flags & SMCLO_DONTWAIT;
+	int dontwait = flags & SMCLO_DONTWAIT, kernel = 0;
 	struct buf *b;
+	unsigned i;
 	long long r;
 
 	if (!owned(p))
@@ -453,6 +391,7 @@ EXPORT ssize_t smclo_pool_send(struct smclo_pool *p, void *buf, size_t len,
 		pthread_mutex_unlock(&p->lock);
 		return api_fail(EINVAL);
 	}
+	i = (unsigned)(b - p->bufs);
 	if (!api_names(p->fd, p->c, p->dev, p->ino)) {
 		r = -EBADF;
 	} else if (p->peer_gone) {
@@ -463,8 +402,11 @@ EXPORT ssize_t smclo_pool_send(struct smclo_pool *p, void *buf, size_t len,
 			b->end = (uint64_t)r;
 			r = (long long)len;
 		}
-	} else if (by_kernel_zc(p, len)) {
-		r = send_kernel_zc(p, b, buf, len, dontwait);
+	} else if (kernel_zc_worth(&p->kzc, len)) {
+		r = kernel_zc_send(&p->kzc, i, buf, len, dontwait, kernel_sent, p);
+		kernel = p->kzc.bufs[i].sent;
+		if (r == -ENOBUFS && !kernel)
+			r = send_copy(p, buf, len, dontwait);   /* the kernel's pinning budget */
 	} else {
 		r = send_copy(p, buf, len, dontwait);
 	}
@@ -475,8 +417,10 @@ EXPORT ssize_t smclo_pool_send(struct smclo_pool *p, void *buf, size_t len,
 		b->state = BUF_SENT;
 		cq_push(p, &(struct smclo_cqe){ .user_data = user_data, .res = r,
 		                                .flags = SMCLO_CQE_F_MORE, .count = 1 }, b->seq);
-		if (!b->end && !b->zc_left)
+		if (!b->end && !kernel)
 			notify(p, b, SMCLO_CQE_F_COPIED);
+		else if (kernel && !kernel_zc_left(&p->kzc, i))    /* done already */
+			notify(p, b, kernel_flags(p->kzc.bufs[i].copied));
 		wake(p);
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -540,67 +484,6 @@ static void collect(struct smclo_pool *p)
 	}
 }
 
-/* Ids @lo..@hi of the socket's MSG_ZEROCOPY sends are done (@copied: the
- * kernel copied the bytes after all, as it does over loopback). */
-static void kernel_done(struct smclo_pool *p, uint32_t lo, uint32_t hi, int copied)
-{
-	int64_t h = (int32_t)(hi - lo);
-
-	for (unsigned i = 0; i < p->nbufs; i++) {
-		struct buf *b = &p->bufs[i];
-		int64_t first, last, n;
-
-		if (b->state != BUF_SENT || !b->zc_left)
-			continue;
-		first = (int32_t)(b->zc_first - lo);
-		last = first + b->zc_count - 1;
-		n = (last < h ? last : h) - (first > 0 ? first : 0) + 1;
-		if (n <= 0)
-			continue;
-		b->zc_left -= n > b->zc_left ? b->zc_left : (uint32_t)n;
-		b->zc_copied |= copied;
-		if (!b->zc_left)
-			notify(p, b, SMCLO_CQE_F_KERNEL | (b->zc_copied ? SMCLO_CQE_F_COPIED : 0));
-	}
-}
-
-/* The kernel's notifications of our MSG_ZEROCOPY sends, from the socket's
- * error queue (entries of another origin are not ours to keep, and a
- * program sharing the queue would have got them from recvmsg() itself). */
-static void collect_kernel(struct smclo_pool *p)
-{
-	int out = 0;
-
-	for (;;) {
-		union {
-			struct cmsghdr align;
-			char buf[CMSG_SPACE(sizeof(struct sock_extended_err) + sizeof(struct sockaddr_in6))];
-		} u;
-		struct msghdr m = { .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
-
-		if (sys_recvmsg(p->fd, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
-			break;
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
-			struct sock_extended_err ee;
-
-			if (!((cm->cmsg_level == SOL_IP && cm->cmsg_type == IP_RECVERR) ||
-			      (cm->cmsg_level == SOL_IPV6 && cm->cmsg_type == IPV6_RECVERR)))
-				continue;
-			memcpy(&ee, CMSG_DATA(cm), sizeof(ee));
-			if (ee.ee_errno == 0 && ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY)
-				kernel_done(p, ee.ee_info, ee.ee_data,
-				            ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED);
-		}
-	}
-	for (unsigned i = 0; i < p->nbufs; i++)
-		out |= p->bufs[i].state == BUF_SENT && p->bufs[i].zc_left;
-	if (!out && p->zc_watched) {
-		/* nothing more to come: its hang-up must not keep us readable */
-		sys_epoll_ctl(p->epfd, EPOLL_CTL_DEL, p->fd, NULL);
-		p->zc_watched = 0;
-	}
-}
-
 EXPORT int smclo_reap(struct smclo_pool *p, struct smclo_cqe *cqes, unsigned max)
 {
 	uint64_t count;
@@ -617,8 +500,8 @@ EXPORT int smclo_reap(struct smclo_pool *p, struct smclo_cqe *cqes, unsigned max
 		DBG("pool eventfd: %m");
 	if (p->c)
 		collect(p);
-	else if (p->zc_watched)
-		collect_kernel(p);
+	else
+		kernel_zc_collect(&p->kzc, kernel_sent, p);
 	while (n < max && p->cq_len) {
 		struct cq_entry *e = &p->cq[p->cq_head];
 

@@ -131,6 +131,7 @@ int config_load(struct smclo_config *c, char *err, size_t errlen)
 	    env_flag("SMCLO_DIRECT", 1, &c->direct, err, errlen) < 0 ||
 	    env_flag("SMCLO_INBOX", 1, &c->inbox, err, errlen) < 0 ||
 	    env_flag("SMCLO_SHORT_LIVED", 1, &c->short_lived, err, errlen) < 0 ||
+	    env_flag("SMCLO_IO_URING", 1, &c->io_uring, err, errlen) < 0 ||
 	    env_ring("SMCLO_WMEM", &c->tx_size, err, errlen) < 0 ||
 	    env_ring("SMCLO_RMEM", &c->rx_max, err, errlen) < 0 ||
 	    env_int("SMCLO_HANDSHAKE_MS", SMCLO_DEFAULT_HANDSHAKE_MS, 1, 60000,

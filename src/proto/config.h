@@ -29,6 +29,7 @@ struct smclo_config {
 	int direct;                 /* blocking listeners take connections without TCP */
 	int inbox;                  /* clients offer through a single acceptor's inbox */
 	int short_lived;            /* keep short-lived connections on TCP when CPUs are busy */
+	int io_uring;               /* pools' kernel zero copy by io_uring SEND_ZC */
 	int allow_any_uid;
 	int n_allow_uids;
 	uid_t allow_uids[SMCLO_MAX_ALLOW_UIDS];

@@ -25,8 +25,9 @@
  *   errors  EINVAL, ENOBUFS, EBUSY, ENOTSOCK, EBADF, EDEADLK as smclo.h lists them
  *
  * "ok" reports the notifications by kind: refs (read in place by the peer),
- * copied (SMCLO_CQE_F_COPIED), kernel (SMCLO_CQE_F_KERNEL: MSG_ZEROCOPY, to
- * another host) and reclaimed.
+ * copied (SMCLO_CQE_F_COPIED), kernel (SMCLO_CQE_F_KERNEL: io_uring SEND_ZC or
+ * MSG_ZEROCOPY, to another host) and reclaimed; bulk adds the completions
+ * of the process's io_uring (uring_cqes).
  */
 #include "smclo.h"
 #include "scenario.h"
@@ -175,6 +176,35 @@ static void report(int fd, const char *extra)
 	       (unsigned long long)t.reclaimed, extra);
 }
 
+/* Completions the process's io_uring instances delivered (the pool's, when
+ * its sends went with SEND_ZC): their fdinfo's CqHead, summed. */
+static unsigned long long uring_completions(void)
+{
+	unsigned long long sum = 0;
+	char path[64], link[64], line[128];
+
+	for (int fd = 0; fd < 1024; fd++) {
+		ssize_t n;
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n < 0)
+			continue;
+		link[n] = 0;
+		if (strcmp(link, "anon_inode:[io_uring]") != 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+		if (!(f = fopen(path, "r")))
+			continue;
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "CqHead:", 7))
+				sum += strtoull(line + 7, NULL, 10);
+		fclose(f);
+	}
+	return sum;
+}
+
 /* Make sure the peer mapped the pool (a round trip: it takes the pool from
  * the doorbell when its read finds the ring empty). */
 static void write_pattern(int fd, size_t n)
@@ -275,6 +305,7 @@ static void bulk_client(int fd)
 {
 	struct smclo_pool *p = smclo_pool_create(fd, BUF_SIZE, 8, 0);
 	static const size_t sizes[] = { 1, 100, 4096, 65536, 300000, BUF_SIZE };
+	char extra[64];
 
 	CHECK(p, "smclo_pool_create");
 	handshake_pool(fd);
@@ -294,7 +325,8 @@ static void bulk_client(int fd)
 	}
 	wait_all_notified(p);
 	expect_total(fd);
-	report(fd, "");
+	snprintf(extra, sizeof(extra), "uring_cqes=%llu", uring_completions());
+	report(fd, extra);
 	CHECK(smclo_pool_destroy(p) == 0, "destroy");
 }
 

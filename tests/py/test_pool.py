@@ -10,7 +10,9 @@ its offset, the client every completion); this file runs both ends over:
             once with SMCLO_CQE_F_COPIED
   plain     a server without smclo against a client with it
   netns     the two ends in two network namespaces over a veth: large sends
-            go with the kernel's MSG_ZEROCOPY, notified from the error queue
+            go with the kernel's zero copy - io_uring SEND_ZC, notified in
+            its completion queue, or (SMCLO_IO_URING=0) MSG_ZEROCOPY,
+            notified on the socket's error queue
 """
 import signal
 import subprocess
@@ -104,20 +106,29 @@ def test_plain_peer(reg, procs, scenario):
     assert st["fallback_by_reason"].get("peer-no-smclo") == 1, st["fallback_by_reason"]
 
 
-def test_other_host(two_namespaces, procs, tmp_path):
-    """Two network namespaces over a veth, each with its own registry."""
+@pytest.mark.parametrize("way", ["io_uring", "msg_zerocopy"])
+def test_other_host(two_namespaces, procs, tmp_path, way):
+    """Two network namespaces over a veth, each with its own registry: large
+    sends go with io_uring's SEND_ZC by default, with MSG_ZEROCOPY when
+    SMCLO_IO_URING=0."""
     a, b = two_namespaces
     ra, rb = Registry(tmp_path / "a"), Registry(tmp_path / "b")
-    cli, srv = run_pair(procs, "bulk", ra.env, rb.env,
+    cli_env = dict(rb.env, SMCLO_IO_URING="1" if way == "io_uring" else "0")
+    cli, srv = run_pair(procs, "bulk", ra.env, cli_env,
                         srv_wrap=["ip", "netns", "exec", a], cli_wrap=["ip", "netns", "exec", b],
                         host=VETH_NET + "1", listen="0.0.0.0")
-    # sends of 10 KiB or more went with MSG_ZEROCOPY, and the kernel's own
-    # notifications freed their buffers (pool_peer waited for every one);
-    # across a veth into another namespace the kernel copies them after all
-    # and says so (SMCLO_CQE_F_COPIED), as it does over loopback
+    # sends of 10 KiB or more went with the kernel's zero copy, and the
+    # kernel's own notifications freed their buffers (pool_peer waited for
+    # every one); across a veth into another namespace the kernel copies
+    # them after all and says so (SMCLO_CQE_F_COPIED), as over loopback
     assert cli["via"] == "copy" and cli["refs"] == 0, cli
     assert 0 < cli["kernel"] < cli["sent"], cli
     assert srv.get("pool_peeks", 0) == 0, srv
+    if way == "io_uring":
+        # each kernel send: its request's completion and its notification
+        assert cli["uring_cqes"] >= 2 * cli["kernel"], cli
+    else:
+        assert cli["uring_cqes"] == 0, cli
     assert ra.stats()["accelerated"] == 0 and rb.stats()["accelerated"] == 0
 
 
