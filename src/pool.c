@@ -4,14 +4,14 @@
  *
  * A pool is a sealed memfd of this process carved into equal buffers
  * (page_frag style: reused, never handed to a third process) for one
- * connection.  On a ring the memfd and an eventfd go to the peer with a
- * doorbell (bell_send_pool); once the peer says it mapped the pool
+ * connection.  On a ring the memfd and one end of a socket pair go to the
+ * peer with a doorbell (bell_send_pool); once the peer says it mapped the pool
  * (pool_ack in its ring header) a send is one placeholder byte and a
  * reference in our ring (tx_send_ref), and the peer reads the buffer where
  * it lies.  It is done with the buffer when its consumer cursor passes the
  * placeholder - the cursor the kernel's design already has tells us which
- * buffers are free, in order - and it writes the eventfd so that a program
- * polling smclo_pool_fd() wakes up.  Before the peer's acknowledgement, and
+ * buffers are free, in order - and it sends a byte on the socket pair so
+ * that a program polling smclo_pool_fd() wakes up.  Before the peer's acknowledgement, and
  * on TCP, a send copies (tx_send, or send()) and is notified at once, with
  * SMCLO_CQE_F_COPIED.
  *
@@ -86,8 +86,10 @@ struct smclo_pool {
 	int peer_gone;          /* everything out was reclaimed */
 	uint64_t cons_seen;     /* the peer's cursor, never taken backwards */
 	struct kernel_zc kzc;   /* TCP to another host: the kernel's zero copy */
-	int efd;                /* the peer's (and our) wake-up */
-	int epfd;               /* smclo_pool_fd(): efd, and the connection's hang-up */
+	int efd;                /* our own wake-up: never leaves this process */
+	int release_fd;         /* the peer's "released" messages arrive here, */
+	int peer_release_fd;    /* sent from this other end, the peer's once handed over */
+	int epfd;               /* smclo_pool_fd(): efd, release_fd, the connection's hang-up */
 	struct cq_entry *cq;    /* ring of completions */
 	unsigned cq_cap, cq_head, cq_len;
 };
@@ -108,12 +110,31 @@ static void wake(struct smclo_pool *p)
 		return;         /* the counter is at its maximum: readable anyway */
 }
 
+/* Count a notified send in the registry's totals (`smclo stats`). */
+static void count_send(unsigned flags)
+{
+	_Atomic uint64_t *n;
+
+	if (!totals)
+		return;
+	if (flags & SMCLO_CQE_F_RECLAIMED)
+		n = &totals->pool_sends_reclaimed;
+	else if (flags & SMCLO_CQE_F_KERNEL)
+		n = &totals->pool_sends_kernel;
+	else if (flags & SMCLO_CQE_F_COPIED)
+		n = &totals->pool_sends_copied;
+	else
+		n = &totals->pool_sends_by_reference;
+	atomic_fetch_add_explicit(n, 1, memory_order_relaxed);
+}
+
 /* Queue the notification of send @b (merged with the last queued one when
  * that covers the sends just before it, of the same kind). */
 static void notify(struct smclo_pool *p, struct buf *b, unsigned flags)
 {
 	struct cq_entry *last = p->cq_len ? &p->cq[(p->cq_head + p->cq_len - 1) % p->cq_cap] : NULL;
 
+	count_send(flags);
 	b->state = BUF_DONE;
 	flags |= SMCLO_CQE_F_NOTIF;
 	if (last && last->cqe.flags == flags && last->first_seq + last->cqe.count == b->seq) {
@@ -147,9 +168,18 @@ static int pool_memory(struct smclo_pool *p, size_t len)
 	return 0;
 }
 
+/*
+ * The pool's descriptor and what makes it readable.  The peer's wake-ups
+ * come over a socket pair, not a shared eventfd: a descriptor passed to
+ * another process shares its open file with it, O_NONBLOCK included, and
+ * a peer that cleared it (or filled an eventfd's counter) would make our
+ * next read or write block for ever.  Socket calls take MSG_DONTWAIT per
+ * call, which nobody else can change.
+ */
 static int pool_wakeups(struct smclo_pool *p)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
+	int sv[2];
 
 	p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (p->efd < 0)
@@ -161,11 +191,41 @@ static int pool_wakeups(struct smclo_pool *p)
 	p->epfd = io_keep_fd(p->epfd);
 	if (sys_epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->efd, &ev) < 0)
 		return -errno;
+	if (!p->c)
+		return 0;
+	if (sys_socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		return -errno;
+	p->release_fd = io_keep_fd(sv[0]);
+	p->peer_release_fd = io_keep_fd(sv[1]);
+	if (sys_epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->release_fd, &ev) < 0)
+		return -errno;
 	/* no events asked: the kernel still reports the peer's hang-up */
 	ev.events = 0;
-	if (p->c && sys_epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->fd, &ev) < 0)
+	if (sys_epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->fd, &ev) < 0)
 		return -errno;
 	return 0;
+}
+
+/* Take the peer's "released" messages (a bounded number: a peer that
+ * floods them keeps the descriptor readable, it cannot keep us here). */
+static void take_releases(struct smclo_pool *p)
+{
+	char b[8];
+
+	for (int i = 0; p->release_fd >= 0 && i < 64; i++) {
+		ssize_t n = sys_recv(p->release_fd, b, sizeof(b), MSG_DONTWAIT);
+
+		if (n > 0)
+			continue;
+		if (n == 0) {
+			/* the peer closed its end: nothing more comes, and the end
+			 * of file would keep the pool's descriptor readable */
+			sys_epoll_ctl(p->epfd, EPOLL_CTL_DEL, p->release_fd, NULL);
+			sys_close(p->release_fd);
+			p->release_fd = -1;
+		}
+		break;
+	}
 }
 
 static void pool_free(struct smclo_pool *p)
@@ -177,6 +237,10 @@ static void pool_free(struct smclo_pool *p)
 		sys_close(p->memfd);
 	if (p->efd >= 0)
 		sys_close(p->efd);
+	if (p->release_fd >= 0)
+		sys_close(p->release_fd);
+	if (p->peer_release_fd >= 0)
+		sys_close(p->peer_release_fd);
 	if (p->epfd >= 0)
 		sys_close(p->epfd);
 	if (p->c)
@@ -192,8 +256,11 @@ static void announce(struct smclo_pool *p)
 	/* the doorbell takes the transmit lock: not while this thread's own
 	 * claim holds it (its send then fails with EDEADLK, tx_send_ref) */
 	if (!p->announced && !io_hold_mine(&p->c->tx_hold) &&
-	    bell_send_pool(p->c, p->fd, p->memfd, p->efd) == 0)
+	    bell_send_pool(p->c, p->fd, p->memfd, p->peer_release_fd) == 0) {
 		p->announced = 1;
+		sys_close(p->peer_release_fd);  /* the peer's now */
+		p->peer_release_fd = -1;
+	}
 }
 
 EXPORT struct smclo_pool *smclo_pool_create(int fd, size_t buf_size, unsigned nbufs, int flags)
@@ -222,7 +289,7 @@ EXPORT struct smclo_pool *smclo_pool_create(int fd, size_t buf_size, unsigned nb
 	pthread_mutex_init(&p->lock, NULL);
 	p->owner = getpid();
 	p->fd = fd;
-	p->memfd = p->efd = p->epfd = -1;
+	p->memfd = p->efd = p->epfd = p->release_fd = p->peer_release_fd = -1;
 	p->buf_size = buf_size;
 	p->nbufs = nbufs;
 	p->cq_cap = 2 * nbufs;
@@ -498,6 +565,7 @@ EXPORT int smclo_reap(struct smclo_pool *p, struct smclo_cqe *cqes, unsigned max
 	 * leaves the descriptor readable */
 	if (sys_read(p->efd, &count, sizeof(count)) < 0 && errno != EAGAIN)
 		DBG("pool eventfd: %m");
+	take_releases(p);
 	if (p->c)
 		collect(p);
 	else

@@ -18,6 +18,7 @@
 #include "sys.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <string.h>
@@ -127,9 +128,13 @@ int so_ioctl(struct conn *c, unsigned long req, void *arg, int *handled)
 {
 	*handled = 1;
 	switch (req) {
-	case FIONREAD:
-		*(int *)arg = (int)rx_available(c);
+	case FIONREAD: {
+		/* references to a hostile peer's pool may claim more than an int */
+		uint32_t n = rx_available(c);
+
+		*(int *)arg = n > INT_MAX ? INT_MAX : (int)n;
 		return 0;
+	}
 	case SIOCOUTQ:
 		*(int *)arg = (int)tx_unacked(c);
 		return 0;

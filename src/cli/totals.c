@@ -50,6 +50,14 @@ static const struct counter {
 	  "mapped from an earlier connection.", TOT(peer_regions_kept) },
 	{ "direct_handshakes", "direct_handshakes", "Accelerated connections taken without TCP "
 	  "(the server waited in accept()).", TOT(direct_handshakes) },
+	{ "pool_sends_by_reference", "pool_sends_by_reference", "Buffer pool sends the peer "
+	  "read in place (native API).", TOT(pool_sends_by_reference) },
+	{ "pool_sends_copied", "pool_sends_copied", "Buffer pool sends whose bytes were "
+	  "copied (TCP, or before the peer mapped the pool).", TOT(pool_sends_copied) },
+	{ "pool_sends_kernel", "pool_sends_kernel", "Buffer pool sends by the kernel's zero "
+	  "copy (TCP to another host).", TOT(pool_sends_kernel) },
+	{ "pool_sends_reclaimed", "pool_sends_reclaimed", "Buffer pool sends taken back "
+	  "because the peer went away first.", TOT(pool_sends_reclaimed) },
 };
 #define N_COUNTERS (sizeof(counters) / sizeof(counters[0]))
 
@@ -105,6 +113,10 @@ static void print_text(const char *dir, const struct stats_totals *t)
 	       (unsigned long long)t->inbox_handshakes);
 	printf("  and without TCP           %llu (direct: the server waited in accept())\n",
 	       (unsigned long long)t->direct_handshakes);
+	printf("pool sends read in place    %llu, copied %llu, kernel zero copy %llu, "
+	       "reclaimed %llu\n", (unsigned long long)t->pool_sends_by_reference,
+	       (unsigned long long)t->pool_sends_copied, (unsigned long long)t->pool_sends_kernel,
+	       (unsigned long long)t->pool_sends_reclaimed);
 }
 
 /* ---- Prometheus ----------------------------------------------------------- */

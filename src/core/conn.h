@@ -51,6 +51,8 @@ struct conn_shared {
 	uint64_t ref_end;               /* just past the placeholder of the last one */
 	uint64_t ref_cons;              /* the peer's references we consumed */
 	uint32_t ref_skip;              /* bytes taken of the one at our cursor */
+	_Atomic uint32_t at_seq;        /* odd while cons, ref_cons, ref_skip change
+	                                   (rx.c: counted without the lock) */
 	_Atomic uint32_t pool_made;     /* a pool was made for sending on it (pool.c) */
 	_Atomic int holders;            /* processes that hold the connection */
 	_Atomic uint32_t flags;         /* SH_* */

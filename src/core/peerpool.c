@@ -3,10 +3,15 @@
  * peerpool.h).
  *
  * What the peer hands us is checked as everything else it gives us: the
- * memfd must be sealed against shrinking (a pool cut short under our
- * mapping would kill us with SIGBUS on the next read) and be no longer than
- * POOL_MAX_LEN; the other descriptor must be an eventfd (we write to it, and
- * a pipe nobody reads or a socket to somebody else must not get our writes).
+ * memfd must be a tmpfs file (not hugetlbfs, whose holes fault with
+ * SIGBUS once its pages run out) sealed against shrinking and against
+ * writes through new mappings, which also forbids punching holes - a pool
+ * cut short or hollowed under our mapping would kill us with SIGBUS on the
+ * next read - and be no longer than POOL_MAX_LEN; the other descriptor
+ * must be an AF_UNIX SEQPACKET socket, on which we send with MSG_DONTWAIT:
+ * the peer shares the open file of anything it hands us, O_NONBLOCK
+ * included, so a descriptor whose reads or writes honour that flag (an
+ * eventfd, a pipe) could be made to block us for ever.
  * We map the pool read-only and keep no descriptor of it: the mapping is
  * all a reader needs, and a number of the program's is not spent on it.
  * A second pool on one connection is refused: references name offsets in
@@ -22,32 +27,37 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
-#define NEEDED_SEALS (F_SEAL_SHRINK | F_SEAL_SEAL)
+#define NEEDED_SEALS (F_SEAL_SHRINK | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
 
-static int is_eventfd(int fd)
+static int is_wake_socket(int fd)
 {
-	char path[64], link[64];
-	ssize_t n;
+	int domain = 0, type = 0;
+	socklen_t l = sizeof(int);
 
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	n = readlink(path, link, sizeof(link) - 1);
-	if (n < 0)
+	if (sys_getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l) < 0)
 		return 0;
-	link[n] = 0;
-	return strcmp(link, "anon_inode:[eventfd]") == 0;
+	l = sizeof(int);
+	return sys_getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) == 0 &&
+	       domain == AF_UNIX && type == SOCK_SEQPACKET;
 }
 
 /* The pool behind @memfd mapped read-only, or NULL; *@len its size. */
 static const uint8_t *map_pool(int memfd, uint64_t *len)
 {
+	struct statfs fs;
 	struct stat st;
 	int seals = sys_fcntl(memfd, F_GET_SEALS, 0);
 	void *p;
 
 	if (seals < 0 || (seals & NEEDED_SEALS) != NEEDED_SEALS)
+		return NULL;
+	if (fstatfs(memfd, &fs) < 0 || fs.f_type != TMPFS_MAGIC)
 		return NULL;
 	if (fstat(memfd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
 	    (uint64_t)st.st_size > POOL_MAX_LEN)
@@ -65,9 +75,13 @@ void peerpool_adopt(struct conn *c, int memfd, int wakefd)
 	uint64_t len = 0;
 
 	/* a connection the peer broke stays broken: a reference refused for
-	 * want of a pool must not turn valid when one comes after it */
-	if (!c->rx_pool && memfd >= 0 && wakefd >= 0 && is_eventfd(wakefd) &&
-	    !(atomic_load(&c->sh->flags) & SH_BROKEN))
+	 * want of a pool must not turn valid when one comes after it.  And
+	 * only a connection this process alone holds: the mapping is this
+	 * process's (and its later fork children's), but the acknowledgement
+	 * would make the peer send references a fork sibling that holds the
+	 * connection too could not read */
+	if (!c->rx_pool && memfd >= 0 && wakefd >= 0 && is_wake_socket(wakefd) &&
+	    !(atomic_load(&c->sh->flags) & SH_BROKEN) && atomic_load(&c->sh->holders) == 1)
 		base = map_pool(memfd, &len);
 	if (memfd >= 0)
 		sys_close(memfd);
@@ -77,7 +91,6 @@ void peerpool_adopt(struct conn *c, int memfd, int wakefd)
 			sys_close(wakefd);
 		return;
 	}
-	sys_fcntl(wakefd, F_SETFL, O_NONBLOCK);
 	c->pool_wake_fd = io_keep_fd(wakefd);
 	c->rx_pool_len = len;
 	c->rx_pool = base;
@@ -86,10 +99,10 @@ void peerpool_adopt(struct conn *c, int memfd, int wakefd)
 
 void peerpool_released(struct conn *c)
 {
-	uint64_t one = 1;
-
-	if (c->pool_wake_fd >= 0 && sys_write(c->pool_wake_fd, &one, sizeof(one)) < 0)
-		DBG("pool release wake-up: %m");        /* full counter: it is readable anyway */
+	/* a full queue: the sender has wake-ups to read anyway */
+	if (c->pool_wake_fd >= 0 &&
+	    sys_send(c->pool_wake_fd, "r", 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		DBG("pool release wake-up: %m");
 }
 
 void peerpool_drop(struct conn *c)

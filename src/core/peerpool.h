@@ -2,11 +2,12 @@
  * peerpool.h - the peer's buffer pool as the receiving side holds it.
  *
  * A sender that sends from a pool (pool.c, the native API) hands its pool's
- * memfd and an eventfd to us with one doorbell (bell_drain takes them).
+ * memfd and one end of a socket pair to us with one doorbell (bell_drain
+ * takes them).
  * Once we mapped the pool, read-only, our ring header says so (pool_ack)
  * and the peer may put references into its stream (ring.h, rx.c reads
  * them); every reference we finish consuming releases its buffer, and the
- * eventfd tells the sender to look.
+ * socket tells the sender to look.
  */
 #ifndef SMCLO_PEERPOOL_H
 #define SMCLO_PEERPOOL_H
@@ -21,7 +22,7 @@
 void peerpool_adopt(struct conn *c, int memfd, int wakefd);
 /* We consumed a reference: the sender may reuse its buffer. */
 void peerpool_released(struct conn *c);
-/* The connection object goes: unmap the pool, close the eventfd. */
+/* The connection object goes: unmap the pool, close the wake-up socket. */
 void peerpool_drop(struct conn *c);
 
 #endif

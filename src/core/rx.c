@@ -55,7 +55,7 @@ static void after_consume(struct conn *c, int fd, uint64_t prod, int refs_done)
 		c->slot->rx_fill = (uint32_t)(prod - sh->cons);
 	if (refs_done) {
 		/* buffers of the peer's pool are free again: the cursor says
-		 * which, the eventfd says to look */
+		 * which, its wake-up socket says to look */
 		publish_cons(c);
 		peerpool_released(c);
 	}
@@ -101,21 +101,49 @@ static void rx_at_load(const struct conn_shared *sh, struct rx_at *at)
 	*at = (struct rx_at){ sh->cons, sh->ref_cons, sh->ref_skip };
 }
 
+/* Our position moves under the receive lock, as a sequence lock: a count
+ * without the lock (rx_available while a peek holds it) must never see
+ * one field moved and another not - that looks like a forged reference. */
 static void rx_at_store(struct conn_shared *sh, const struct rx_at *at)
 {
-	sh->cons = at->cons;
-	sh->ref_cons = at->ref;
-	sh->ref_skip = at->skip;
+	uint32_t seq = atomic_load_explicit(&sh->at_seq, memory_order_relaxed);
+
+	atomic_store_explicit(&sh->at_seq, seq + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	__atomic_store_n(&sh->cons, at->cons, __ATOMIC_RELAXED);
+	__atomic_store_n(&sh->ref_cons, at->ref, __ATOMIC_RELAXED);
+	__atomic_store_n(&sh->ref_skip, at->skip, __ATOMIC_RELAXED);
+	atomic_store_explicit(&sh->at_seq, seq + 2, memory_order_release);
+}
+
+/* Our position without the lock: 0, or -1 if it kept moving. */
+static int rx_at_snapshot(const struct conn_shared *sh, struct rx_at *at)
+{
+	for (int tries = 0; tries < 64; tries++) {
+		uint32_t seq = atomic_load_explicit(&sh->at_seq, memory_order_acquire);
+
+		if (seq & 1)
+			continue;
+		at->cons = __atomic_load_n(&sh->cons, __ATOMIC_RELAXED);
+		at->ref = __atomic_load_n(&sh->ref_cons, __ATOMIC_RELAXED);
+		at->skip = __atomic_load_n(&sh->ref_skip, __ATOMIC_RELAXED);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&sh->at_seq, memory_order_relaxed) == seq)
+			return 0;
+	}
+	return -1;
 }
 
 /*
  * The run at @at with the peer's producer at @prod (validated).  0, or -1
- * when the peer forged its references (the connection is reset).  Every
+ * when the peer forged its references (the connection is reset, if
+ * @judge: a count without the lock leaves that to the reader).  Every
  * field of the peer's is read once and checked before use: a reference may
  * only name bytes inside the pool we mapped, at a placeholder we have not
  * passed.
  */
-static int rx_run_at(struct conn *c, const struct rx_at *at, uint64_t prod, struct rx_run *run)
+static int rx_run_at(struct conn *c, const struct rx_at *at, uint64_t prod, struct rx_run *run,
+                     int judge)
 {
 	uint64_t refs = atomic_load_explicit(&c->rx->ref_prod, memory_order_acquire);
 	const struct ring_ref *e;
@@ -147,7 +175,8 @@ static int rx_run_at(struct conn *c, const struct rx_at *at, uint64_t prod, stru
 		break;
 	}
 forged:
-	conn_mark_broken(c);
+	if (judge)
+		conn_mark_broken(c);
 	return -1;
 }
 
@@ -203,7 +232,7 @@ static void copy_to_iov(struct conn *c, const struct iovec *iov, int iovcnt, siz
  * the next call).
  */
 static long rx_take(struct conn *c, const struct iovec *iov, int iovcnt, size_t skip,
-                    struct rx_at *at, uint64_t prod, size_t want)
+                    struct rx_at *at, uint64_t prod, size_t want, int judge)
 {
 	size_t done = 0;
 
@@ -211,7 +240,7 @@ static long rx_take(struct conn *c, const struct iovec *iov, int iovcnt, size_t 
 		struct rx_run run;
 		size_t n;
 
-		if (rx_run_at(c, at, prod, &run) < 0)
+		if (rx_run_at(c, at, prod, &run, judge) < 0)
 			return done ? (long)done : -1;  /* the bytes before it were sound */
 		if (run.len == 0)
 			break;
@@ -452,7 +481,7 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 
 			/* a peek copies once (it never waits for all), from our position */
 			rx_at_load(sh, &at);
-			n = rx_take(c, iov, iovcnt, got, &at, prod, total - got);
+			n = rx_take(c, iov, iovcnt, got, &at, prod, total - got, 1);
 			if (n < 0) {
 				err = ECONNRESET;
 				break;
@@ -581,7 +610,7 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 			break;
 		}
 		rx_at_load(sh, &at);
-		if (rx_run_at(c, &at, prod, &run) < 0) {
+		if (rx_run_at(c, &at, prod, &run, 1) < 0) {
 			r = -ECONNRESET;
 			break;
 		}
@@ -651,7 +680,7 @@ void rx_consume(struct conn *c, int fd, size_t n)
 
 		/* the run peeked is still there: the lock was held meanwhile */
 		rx_at_load(sh, &at);
-		took = rx_take(c, NULL, 0, 0, &at, sh->peer_prod_seen, n);
+		took = rx_take(c, NULL, 0, 0, &at, sh->peer_prod_seen, n, 1);
 		if (took > 0)
 			rx_took(c, fd, &at, sh->peer_prod_seen, (size_t)took);
 	}
@@ -664,35 +693,38 @@ void rx_release(struct conn *c)
 	sh_unlock(&c->sh->rx_lock);
 }
 
-/* Unread bytes of the stream from our position, the producer at @prod. */
-static uint32_t rx_unread(struct conn *c, uint64_t prod)
+/* Unread bytes of the stream from @at, the producer at @prod. */
+static uint32_t rx_unread(struct conn *c, struct rx_at *at, uint64_t prod, int judge)
 {
-	struct rx_at at;
-	long n;
+	long n = rx_take(c, NULL, 0, 0, at, prod, UINT32_MAX, judge);
 
-	rx_at_load(c->sh, &at);
-	n = rx_take(c, NULL, 0, 0, &at, prod, UINT32_MAX);
 	return n > 0 ? (uint32_t)n : 0;
 }
 
 uint32_t rx_available(struct conn *c)
 {
 	struct conn_shared *sh = c->sh;
+	struct rx_at at;
 	uint64_t prod;
 	uint32_t n = 0;
 
 	if (atomic_load_explicit(&c->rx_hold.thread, memory_order_relaxed)) {
 		/* a peek keeps the receive lock, maybe for long (maybe this
 		 * thread's): count without it - only the peek's consume moves
-		 * our position meanwhile */
+		 * our position meanwhile - and leave any verdict on the peer's
+		 * references to the reader */
 		prod = atomic_load_explicit(&c->rx->prod, memory_order_acquire);
-		return ring_prod_valid(__atomic_load_n(&sh->cons, __ATOMIC_RELAXED),
-		                       __atomic_load_n(&sh->peer_prod_seen, __ATOMIC_RELAXED),
-		                       prod, c->rx_size) ? rx_unread(c, prod) : 0;
+		if (rx_at_snapshot(sh, &at) < 0 ||
+		    !ring_prod_valid(at.cons, __atomic_load_n(&sh->peer_prod_seen, __ATOMIC_RELAXED),
+		                     prod, c->rx_size))
+			return 0;
+		return rx_unread(c, &at, prod, 0);
 	}
 	sh_lock(&sh->rx_lock);
-	if (rx_peer_prod(c, &prod) == 0)
-		n = rx_unread(c, prod);
+	if (rx_peer_prod(c, &prod) == 0) {
+		rx_at_load(sh, &at);
+		n = rx_unread(c, &at, prod, 1);
+	}
 	sh_unlock(&sh->rx_lock);
 	return n;
 }

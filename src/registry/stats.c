@@ -346,14 +346,15 @@ void stats_for_each(int dirfd, void (*fn)(const struct stat_slot *, void *), voi
 }
 
 /* Every counter of the totals, in one list: resetting and summing walk it. */
-#define TOTALS_COUNTERS_MAX (3 + STATS_REASONS + 14)
+#define TOTALS_COUNTERS_MAX (3 + STATS_REASONS + 18)
 static int totals_counters(struct stats_totals *t, _Atomic uint64_t *c[TOTALS_COUNTERS_MAX])
 {
 	_Atomic uint64_t *scalars[] = {
 		&t->handshake_errors, &t->tx_bytes, &t->rx_bytes, &t->conns_closed,
 		&t->regions_created, &t->regions_reused, &t->bells_sent, &t->bells_skipped,
 		&t->inbox_handshakes, &t->peer_regions_mapped, &t->peer_regions_kept,
-		&t->direct_handshakes,
+		&t->direct_handshakes, &t->pool_sends_by_reference, &t->pool_sends_copied,
+		&t->pool_sends_kernel, &t->pool_sends_reclaimed,
 	};
 	int n = 0;
 

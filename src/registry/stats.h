@@ -21,7 +21,7 @@
 #define STATS_MAGIC   0x54534d53u
 #define TABLE_MAGIC   0x42544d53u
 #define TABLE_SLOTS   4096
-#define STATS_VERSION 2
+#define STATS_VERSION 3
 #define STATS_REASONS 32    /* room for new reasons without moving the fields after */
 
 enum conn_mode { MODE_PENDING = 0, MODE_SHM = 1, MODE_TCP = 2 };
@@ -71,6 +71,11 @@ struct stats_totals {
 	_Atomic uint64_t peer_regions_mapped, peer_regions_kept;
 	/* servers: connections taken without TCP (handshake.c, direct handshake) */
 	_Atomic uint64_t direct_handshakes;
+	/* buffer pools' sends (pool.c), by their notification: the peer read
+	 * the buffer in place, the bytes were copied, the kernel's zero copy
+	 * sent them, the peer went away first */
+	_Atomic uint64_t pool_sends_by_reference, pool_sends_copied, pool_sends_kernel,
+	                 pool_sends_reclaimed;
 };
 
 _Static_assert(R_COUNT <= STATS_REASONS, "stats_totals.fallback has no room for every reason");

@@ -518,13 +518,14 @@ static void step_peer_honest_ref(struct world *w, struct in *in)
 
 /*
  * Descriptors with a doorbell, as a pool is handed over (peerpool.c takes
- * them when it drains the doorbell): a memfd sealed or not, an eventfd or a
- * pipe, one or two or three of them.  Only taken while no pool is mapped.
+ * them when it drains the doorbell): a memfd sealed (fully, or but for new
+ * writable mappings) or not, a SEQPACKET socket, an eventfd or a pipe, one
+ * or two or three of them.  Only taken while no pool is mapped.
  */
 static void step_peer_fds(struct world *w, struct in *in)
 {
 	uint8_t k = take_u8(in);
-	int fds[3], n = 1 + k % 3, p[2] = { -1, -1 };
+	int fds[3], n = 1 + k % 3, p[2] = { -1, -1 }, s[2] = { -1, -1 };
 	union {
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(sizeof(fds))];
@@ -536,11 +537,13 @@ static void step_peer_fds(struct world *w, struct in *in)
 	if (w->peer < 0)
 		return;
 	fds[0] = memfd_create("fuzz-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fds[0] < 0 || ftruncate(fds[0], k & 8 ? 0 : 8192) < 0 || pipe(p) < 0)
+	if (fds[0] < 0 || ftruncate(fds[0], k & 8 ? 0 : 8192) < 0 || pipe(p) < 0 ||
+	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, s) < 0)
 		abort();
 	if (k & 16)
-		fcntl(fds[0], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-	fds[1] = k & 32 ? p[0] : eventfd(0, EFD_CLOEXEC);
+		fcntl(fds[0], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL |
+		                           (k & 128 ? 0 : F_SEAL_FUTURE_WRITE));
+	fds[1] = k & 32 ? p[0] : k & 64 ? eventfd(0, EFD_CLOEXEC) : s[1];
 	fds[2] = p[1];
 	memset(&u, 0, sizeof(u));
 	cm->cmsg_level = SOL_SOCKET;
@@ -553,7 +556,9 @@ static void step_peer_fds(struct world *w, struct in *in)
 	close(fds[0]);
 	close(p[0]);
 	close(p[1]);
-	if (!(k & 32))
+	close(s[0]);
+	close(s[1]);
+	if (!(k & 32) && (k & 64))
 		close(fds[1]);
 }
 

@@ -8,6 +8,14 @@ ATTACK (server): pool-valid    - hand over a sealed pool, then one honest
                                  reference to "hello" in it (the control)
                  pool-forged   - the same pool, then a reference past its end
                  pool-unsealed - a pool that could shrink, then a reference
+                 pool-writable - sealed but for writes through new mappings
+                                 (which allow punching holes), then a reference
+                 pool-hugetlb  - a hugetlbfs pool, whose holes fault with
+                                 SIGBUS, then a reference
+                 pool-eventfd  - the wake-up descriptor an eventfd (whose
+                                 O_NONBLOCK the peer can clear), then a reference
+                 pool-full-wake - a valid pool whose wake-up socket (blocking)
+                                 has no room left, then an honest reference
                                  to it anyway
                  prod      - publish an impossible producer cursor, ring
                  stale-bell - send a byte, then (once it is read) a doorbell
@@ -241,13 +249,30 @@ F_ADD_SEALS, F_SEAL_SEAL, F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_FUTURE_WRITE = 1033
 def pool_attack(region, down_hdr, mine, lock, attack):
     """Hand the client a pool with a doorbell, as smclo's pool.c does, wait
     for its acknowledgement, then put one reference into our stream."""
-    pool = os.memfd_create("hostile-pool", os.MFD_ALLOW_SEALING)
-    os.ftruncate(pool, 65536)
-    os.pwrite(pool, b"hello", 0)
-    if attack != "pool-unsealed":
-        fcntl.fcntl(pool, F_ADD_SEALS,
-                    F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
-    wake = os.eventfd(0)
+    size = 2 << 20 if attack == "pool-hugetlb" else 65536
+    hugetlb = os.MFD_HUGETLB if attack == "pool-hugetlb" else 0
+    pool = os.memfd_create("hostile-pool", os.MFD_ALLOW_SEALING | hugetlb)
+    os.ftruncate(pool, size)
+    if not hugetlb:                                       # hugetlbfs has no write()
+        os.pwrite(pool, b"hello", 0)
+    seals = {"pool-unsealed": 0,
+             "pool-writable": F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL}.get(
+        attack, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
+    if seals:
+        fcntl.fcntl(pool, F_ADD_SEALS, seals)
+    if attack == "pool-eventfd":
+        wake = os.eventfd(0)                              # blocks once its counter is full
+    else:
+        keep, wake = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        if attack == "pool-full-wake":
+            # the victim's release messages have no room: its send must
+            # not wait (the descriptor is blocking, and shared with us)
+            try:
+                while True:
+                    wake.send(b"x", socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                pass
+        wake = wake.detach()
     poke(region, down_hdr + 208, "<Q", 0)                 # bell_val[0]: producer 0
     poke(region, down_hdr + 192, "<Q", 1)                 # bell_seq
     socket.send_fds(mine, [b""], [pool, wake])
@@ -255,7 +280,7 @@ def pool_attack(region, down_hdr, mine, lock, attack):
     while struct.unpack_from("<I", region, POOL_ACK)[0] != 1 and time.time() < deadline:
         time.sleep(0.01)                                  # the client's pool_ack
     print("ack", struct.unpack_from("<I", region, POOL_ACK)[0], flush=True)
-    off = 65536 - 3 if attack == "pool-forged" else 0     # 5 bytes: 2 past the end
+    off = size - 3 if attack == "pool-forged" else 0      # 5 bytes: 2 past the end
     struct.pack_into("<QII", region, down_hdr + REFS, 0, off, 5)
     poke(region, down_hdr + REF_PROD, "<Q", 1)
     region[down_hdr + HDR] = 0                            # the placeholder byte

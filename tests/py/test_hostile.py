@@ -100,13 +100,20 @@ def test_late_doorbell_keeps_oneshot_armed(reg, procs):
     ("pool-valid", "1", "read 5"),
     ("pool-forged", "1", "error ConnectionResetError"),
     ("pool-unsealed", "0", "error ConnectionResetError"),
+    ("pool-writable", "0", "error ConnectionResetError"),
+    ("pool-hugetlb", "0", "error ConnectionResetError"),
+    ("pool-eventfd", "0", "error ConnectionResetError"),
+    ("pool-full-wake", "1", "read 5"),
 ])
 def test_server_sends_pool_references(reg, procs, attack, ack, outcome):
     """A peer's pool (the native API's zero-copy sends) is taken only when
-    sealed against shrinking; a reference is followed only into the pool
-    mapped and only inside it: a forged one, or one to a pool refused,
-    resets the connection - nothing is read outside the pool.  The honest
-    reference (pool-valid) shows the attacks speak the layout right."""
+    it is a tmpfs memfd sealed against shrinking and new writable mappings
+    (no holes punched under our mapping) with a socket to wake the sender;
+    a reference is followed only into the pool mapped and only inside it: a
+    forged one, or one to a pool refused, resets the connection - nothing
+    is read outside the pool.  A wake-up socket the peer left no room in
+    does not make the reader wait (pool-full-wake).  The honest reference
+    (pool-valid) shows the attacks speak the layout right."""
     srv, port = start_hostile_server(reg, procs, attack)
     r = run_victim(reg, port, "read")
     assert r.returncode == 0 and r.stdout.strip() == outcome, r.stdout + r.stderr

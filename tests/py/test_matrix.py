@@ -250,6 +250,22 @@ def summary(st):
     return "%s, fallbacks %s" % (", ".join("%s %d" % (k, st[k]) for k in keys), reasons(st))
 
 
+# the rows sending from a buffer pool, and how their sends must have gone:
+# by reference on every accelerated path (the first sends of a connection
+# are copies until the peer maps the pool), copied on TCP
+POOL_PATTERNS = {"client-pool", "pool-accept", "pool-fork"}
+
+
+def pool_sends_as_expected(st, path):
+    if path == "tcp":
+        return st["pool_sends_by_reference"] == 0 and st["pool_sends_copied"] > 0
+    return st["pool_sends_by_reference"] > 0 and st["pool_sends_reclaimed"] == 0
+
+
+def pool_summary(st):
+    return ", ".join("%s %d" % (k, st[k]) for k in st if k.startswith("pool_sends_"))
+
+
 def cell_params():
     for pattern, row in MATRIX.items():
         for path in PATHS:
@@ -351,6 +367,8 @@ def test_cell(pattern, path, mode, reg, procs, tmp_path):
         check = MODES[mode]
         st = reg.wait_stats(lambda s: check(s, n), timeout=5)
         assert check(st, n), "expected %s: %s" % (mode, summary(st))
+        if pattern in POOL_PATTERNS:
+            assert pool_sends_as_expected(st, path), pool_summary(st)
     finally:
         kill_daemon(work)
 

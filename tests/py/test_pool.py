@@ -19,7 +19,9 @@ import subprocess
 
 import pytest
 
-from conftest import SMCLO, TESTBIN, VETH_NET, Registry, free_port
+from pathlib import Path
+
+from conftest import PY, SMCLO, TESTBIN, VETH_NET, Registry, free_port
 
 PEER = str(TESTBIN / "pool_peer")
 SCENARIOS = ["bulk", "hold", "fork", "errors"]
@@ -143,3 +145,61 @@ def test_reader_killed_holding(reg, procs, kind):
         assert cli["reclaimed"] == cli["sent"] >= 1 and cli["copied"] == 0, cli
     else:
         assert cli["copied"] == cli["sent"], cli
+
+
+FORKED_READER_SERVER = r"""
+import ctypes, socket, sys
+import smclo_api as A
+ls = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+print("ready", flush=True)
+c, _ = ls.accept()
+assert c.recv(1) == b"!"
+pool = A.lib.smclo_pool_create(c.fileno(), 4096, 4, 0)
+assert pool
+c.sendall(b"x")                 # the child's read takes it, and the pool's doorbell
+assert c.recv(1) == b"c"        # the child is gone
+b = A.lib.smclo_pool_get(pool)
+ctypes.memmove(b, b"hello", 5)
+assert A.lib.smclo_pool_send(pool, b, 5, 7, 0) == 5
+assert c.recv(3) == b"bye"
+cq = (A.Cqe * 8)()
+n = A.lib.smclo_reap(pool, cq, 8)
+print("flags", sorted(cq[i].flags for i in range(n)), flush=True)
+"""
+
+FORKED_READER_CLIENT = r"""
+import os, socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+c.sendall(b"!")
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if c.recv(1) == b"x" else 1)
+_, status = os.waitpid(pid, 0)
+assert status == 0, status
+c.sendall(b"c")
+got = b""
+while len(got) < 5:
+    d = c.recv(5 - len(got))
+    assert d, got
+    got += d
+c.sendall(b"bye")
+print("read", got.decode(), flush=True)
+"""
+
+
+def test_reader_forked_before_the_pool(reg, procs):
+    """The receiving process forked before the pool came, and its child took
+    the doorbell that carried it: the pool is refused (a fork sibling that
+    holds the connection too could not read references into a mapping only
+    one of them has), and the sends are copies - no reset, every byte there."""
+    port = free_port()
+    env = dict(reg.env, PYTHONPATH=str(Path(__file__).parent))
+    srv = procs.start([PY, "-c", FORKED_READER_SERVER, str(port)], env, text=True)
+    assert srv.stdout.readline().strip() == "ready", srv.stderr.read()
+    cli = reg.run([PY, "-c", FORKED_READER_CLIENT, str(port)], env=env, timeout=60)
+    assert cli.returncode == 0 and cli.stdout.strip() == "read hello", cli.stdout + cli.stderr
+    out, err = srv.communicate(timeout=30)
+    assert srv.returncode == 0, out + err
+    # the request (MORE), then the notification: NOTIF | COPIED
+    assert out.strip() == "flags [1, 6]", out + err
+    assert reg.stats()["accelerated"] == 2
