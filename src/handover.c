@@ -5,7 +5,10 @@
  * ';', fields by ','):
  *
  *   ino,state_fd,state_offset,region_fd,up,down,mine,direct,tcp_fd,domain,
- *   local_ip_hex,local_port,peer_ip_hex,peer_port
+ *   local_ip_hex,local_port,peer_ip_hex,peer_port,pool_fd,pool_wake_fd
+ *
+ * (pool_fd and pool_wake_fd: the peer's buffer pool this process mapped,
+ * and its wake-up socket; -1 when there is none.)
  *
  * ino is the doorbell socket's inode: the new program binds every inherited
  * descriptor of that socket, whatever its number.  Everything else is
@@ -25,6 +28,7 @@
 #include "handshake.h"
 #include "io.h"
 #include "log.h"
+#include "peerpool.h"
 #include "region.h"
 #include "sys.h"
 
@@ -274,29 +278,31 @@ static void put_ep(struct out *o, const struct ep *e)
 	put_u64(o, e->port);
 }
 
-static void put_record(struct out *o, const struct conn *c, int sh_fd, uint32_t off, int rfd,
-                       int tcp_fd)
+static void put_record(struct out *o, const struct conn *c, uint32_t off,
+                       const struct handover_fds *fds)
 {
 	put_u64(o, c->bell_ino);                        put_str(o, ",");
-	put_int(o, sh_fd);                              put_str(o, ",");
+	put_int(o, fds->sh);                            put_str(o, ",");
 	put_u64(o, off);                                put_str(o, ",");
-	put_int(o, rfd);                                put_str(o, ",");
+	put_int(o, fds->region);                        put_str(o, ",");
 	put_u64(o, region_mine(c->region) ? c->tx_size : c->rx_size);     put_str(o, ",");
 	put_u64(o, region_mine(c->region) ? c->rx_size : c->tx_size);     put_str(o, ",");
 	put_u64(o, (unsigned)region_mine(c->region));   put_str(o, ",");
 	put_u64(o, (unsigned)c->direct);                put_str(o, ",");
-	put_int(o, tcp_fd);                             put_str(o, ",");
+	put_int(o, fds->tcp);                           put_str(o, ",");
 	put_int(o, c->domain);                          put_str(o, ",");
 	put_ep(o, &c->local);                           put_str(o, ",");
-	put_ep(o, &c->peer);
+	put_ep(o, &c->peer);                            put_str(o, ",");
+	put_int(o, fds->pool);                          put_str(o, ",");
+	put_int(o, fds->pool_wake);
 }
 
-int handover_format(char *buf, size_t len, const struct conn *c, int sh_fd, unsigned off,
-                    int region_fd, int tcp_fd)
+int handover_format(char *buf, size_t len, const struct conn *c, unsigned off,
+                    const struct handover_fds *fds)
 {
 	struct out o = { buf, buf + len - 1 };
 
-	put_record(&o, c, sh_fd, off, region_fd, tcp_fd);
+	put_record(&o, c, off, fds);
 	if (o.p == o.end)
 		return -1;
 	*o.p = '\0';
@@ -306,22 +312,30 @@ int handover_format(char *buf, size_t len, const struct conn *c, int sh_fd, unsi
 /* Append the record of @c; 0 if written. */
 static int record(struct exec_scan *x, struct conn *c)
 {
-	int sh_fd = -1, rfd = c->region ? region_memfd(c->region) : -1;
+	struct handover_fds fds = { .sh = -1, .pool = -1, .pool_wake = -1 };
 	uint32_t off = 0;
 	struct out o = x->rec;
 
-	if (!x->loads_smclo || x->n == HANDOVER_MAX || rfd < 0 ||
-	    conn_shared_locate(c->sh, &sh_fd, &off) < 0)
+	fds.region = c->region ? region_memfd(c->region) : -1;
+	if (!x->loads_smclo || x->n == HANDOVER_MAX || fds.region < 0 ||
+	    conn_shared_locate(c->sh, &fds.sh, &off) < 0)
 		return -1;
-	if (x->rec.p + 200 > x->rec.end)
+	if (x->rec.p + 220 > x->rec.end)
 		return -1;
-	sh_fd = keep_across(x, sh_fd);
-	rfd = keep_across(x, rfd);
-	if (sh_fd < 0 || rfd < 0)
+	fds.sh = keep_across(x, fds.sh);
+	fds.region = keep_across(x, fds.region);
+	if (fds.sh < 0 || fds.region < 0)
 		return -1;
+	fds.tcp = keep_across(x, c->tcp_fd);
+	if (c->rx_pool) {
+		/* the new program maps the peer's pool again: references the
+		 * peer sent, read or not yet, stay readable */
+		fds.pool = keep_across(x, c->rx_pool_fd);
+		fds.pool_wake = keep_across(x, c->pool_wake_fd);
+	}
 	if (x->n)
 		put_str(&o, ";");
-	put_record(&o, c, sh_fd, off, rfd, keep_across(x, c->tcp_fd));
+	put_record(&o, c, off, &fds);
 	x->rec = o;
 	return 0;
 }
@@ -436,7 +450,8 @@ void handover_undo(struct handover_undo *undo)
 
 struct record {
 	unsigned long ino;
-	int sh_fd, region_fd, tcp_fd, domain;
+	struct handover_fds fds;
+	int domain;
 	uint32_t sh_off, up, down;
 	int mine, direct;
 	struct ep local, peer;
@@ -474,7 +489,7 @@ static int parse_ep(const char **s, struct ep *e)
 
 static int parse_record(const char **s, struct record *r)
 {
-	long long v[10];
+	long long v[10], pool[2];
 	static const long long lo[10] = { 1, -1, 0, -1, 1, 1, 0, 0, -1, 0 };
 	static const long long hi[10] = { 1LL << 62, 1 << 24, 1 << 20, 1 << 24, 1 << 30,
 	                                  1 << 30, 1, 1, 1 << 24, 1 << 16 };
@@ -482,18 +497,21 @@ static int parse_record(const char **s, struct record *r)
 	for (int i = 0; i < 10; i++)
 		if (parse_num(s, lo[i], hi[i], &v[i]) < 0)
 			return -1;
-	if (parse_ep(s, &r->local) < 0 || parse_ep(s, &r->peer) < 0)
+	if (parse_ep(s, &r->local) < 0 || parse_ep(s, &r->peer) < 0 ||
+	    parse_num(s, -1, 1 << 24, &pool[0]) < 0 || parse_num(s, -1, 1 << 24, &pool[1]) < 0)
 		return -1;
 	r->ino = (unsigned long)v[0];
-	r->sh_fd = (int)v[1];
+	r->fds.sh = (int)v[1];
 	r->sh_off = (uint32_t)v[2];
-	r->region_fd = (int)v[3];
+	r->fds.region = (int)v[3];
 	r->up = (uint32_t)v[4];
 	r->down = (uint32_t)v[5];
 	r->mine = (int)v[6];
 	r->direct = (int)v[7];
-	r->tcp_fd = (int)v[8];
+	r->fds.tcp = (int)v[8];
 	r->domain = (int)v[9];
+	r->fds.pool = (int)pool[0];
+	r->fds.pool_wake = (int)pool[1];
 	return 0;
 }
 
@@ -558,7 +576,9 @@ static void adopt_fd(int fd, void *arg)
 {
 	struct adopt *a = arg;
 
-	if (fd == a->r->sh_fd || fd == a->r->region_fd || fd == a->r->tcp_fd ||
+	const struct handover_fds *f = &a->r->fds;
+
+	if (fd == f->sh || fd == f->region || fd == f->tcp || fd == f->pool || fd == f->pool_wake ||
 	    socket_ino(fd) != a->r->ino)
 		return;
 	a->found++;
@@ -594,9 +614,9 @@ static struct conn *conn_from_record(const struct record *r, struct conn_shared 
 	c->peer = r->peer;
 	c->bell_ino = r->ino;
 	c->inherited = 1;
-	if (r->tcp_fd >= 0 && sys_getsockopt(r->tcp_fd, SOL_SOCKET, SO_TYPE, &type, &l) == 0 &&
+	if (r->fds.tcp >= 0 && sys_getsockopt(r->fds.tcp, SOL_SOCKET, SO_TYPE, &type, &l) == 0 &&
 	    type == SOCK_STREAM)
-		c->tcp_fd = fd_hide(r->tcp_fd);
+		c->tcp_fd = fd_hide(r->fds.tcp);
 	else
 		c->direct = 1;  /* no TCP socket came along: answer as a direct one does */
 	c->slot = stats_slot_alloc(stats_table(registry_fd, NULL, 0), -1, r->mine ? ROLE_CLIENT : ROLE_SERVER);
@@ -617,12 +637,15 @@ static int adopt_one(struct record *r)
 	struct conn_shared *sh = NULL;
 	struct region *region = NULL;
 
-	if (r->sh_fd >= 0)
-		sh = conn_shared_adopt(r->sh_fd, r->sh_off);
-	if (sh && r->region_fd >= 0 && smclo_active)
-		region = region_adopt(r->region_fd, r->up, r->down, r->mine);
+	if (r->fds.sh >= 0)
+		sh = conn_shared_adopt(r->fds.sh, r->sh_off);
+	if (sh && r->fds.region >= 0 && smclo_active)
+		region = region_adopt(r->fds.region, r->up, r->down, r->mine);
 	if (sh && region)
 		a.c = conn_from_record(r, sh, region);
+	/* without its pool, a reference into it resets the connection */
+	if (a.c && r->fds.pool >= 0 && peerpool_inherit(a.c, r->fds.pool, r->fds.pool_wake) < 0)
+		DBG("a connection taken over lost its peer's pool");
 	for_each_open_fd(adopt_fd, &a);
 	if (a.c) {
 		DBG("took over a connection on %d descriptor(s)", a.found);
@@ -642,17 +665,14 @@ static int adopt_one(struct record *r)
 	return -1;
 }
 
-int handover_take(const char *record, int sh_fd, int region_fd)
+int handover_take(const char *record, const struct handover_fds *fds)
 {
 	struct record r;
 	const char *s = record;
 
 	if (parse_record(&s, &r) < 0)
 		return -1;
-	/* the descriptors came with the message; no TCP socket travels */
-	r.sh_fd = sh_fd;
-	r.region_fd = region_fd;
-	r.tcp_fd = -1;
+	r.fds = *fds;   /* the descriptors came with the message */
 	return adopt_one(&r);
 }
 
@@ -676,10 +696,16 @@ void handover_adopt(void)
 		adopt_one(&recs[i]);
 	/* the descriptors of the state: what we keep, we keep hidden (a copy) */
 	for (int i = 0; i < n; i++) {
-		if (recs[i].sh_fd > 2)
-			sys_close(recs[i].sh_fd);
-		if (recs[i].region_fd > 2)
-			sys_close(recs[i].region_fd);
+		const struct handover_fds *f = &recs[i].fds;
+
+		if (f->sh > 2)
+			sys_close(f->sh);
+		if (f->region > 2)
+			sys_close(f->region);
+		if (f->pool > 2)
+			sys_close(f->pool);     /* peerpool_inherit kept copies */
+		if (f->pool_wake > 2)
+			sys_close(f->pool_wake);
 	}
 	unsetenv(HANDOVER_ENV);
 }

@@ -71,18 +71,26 @@ void handover_undo(struct handover_undo *undo);
 void handover_adopt(void);
 
 struct conn;
+/* The descriptors a connection's record names (-1: none goes along). */
+struct handover_fds {
+	int sh;                 /* the state chunk (conn_shared) */
+	int region;             /* the rings */
+	int tcp;                /* the TCP socket under it */
+	int pool, pool_wake;    /* the peer's buffer pool and its wake-up socket */
+};
 /*
- * The record of @c naming the given descriptors (passfd.c writes one for a
- * descriptor passed with SCM_RIGHTS); its length, or -1 if @len is short.
+ * The record of @c naming @fds, its state at offset @off of theirs
+ * (passfd.c writes one for a descriptor passed with SCM_RIGHTS); its
+ * length, or -1 if @len is short.
  */
-int handover_format(char *buf, size_t len, const struct conn *c, int sh_fd,
-                    unsigned off, int region_fd, int tcp_fd);
+int handover_format(char *buf, size_t len, const struct conn *c, unsigned off,
+                    const struct handover_fds *fds);
 /*
- * Take over the connection of one record, whose state chunk and region are
- * @sh_fd and @region_fd here (the record's own numbers are ignored), on
- * every descriptor of this process with its doorbell socket.  0 if taken
- * over; the caller closes the two descriptors either way.
+ * Take over the connection of one record, whose descriptors are @fds here
+ * (the record's own numbers are ignored), on every descriptor of this
+ * process with its doorbell socket.  0 if taken over; the caller closes
+ * the descriptors of @fds either way.
  */
-int handover_take(const char *record, int sh_fd, int region_fd);
+int handover_take(const char *record, const struct handover_fds *fds);
 
 #endif

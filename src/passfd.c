@@ -51,6 +51,7 @@
 #define PARCELS_MAX   64
 #define PARCEL_TTL_S  600       /* a receiver that never looked: give up */
 #define PASS_MAX      16        /* accelerated descriptors in one message */
+#define PARCEL_FDS    4         /* descriptors appended for each (parcel_make) */
 
 /* A parcel not taken yet: its connection counts the receiver as a holder. */
 struct parcel {
@@ -192,14 +193,19 @@ static int receivers_run_smclo(int sock)
 }
 
 /*
- * Leave a parcel for @c, whose state descriptors go as appended ones number
- * @k and @k + 1 of @e; they are put in @fds.  0 if the receiver can take it.
+ * Leave a parcel for @c, whose descriptors go as appended ones number @k to
+ * @k + PARCEL_FDS - 1 of @e - its state chunk, its region, and the peer's
+ * pool and its wake-up socket if it has them (else the region again, in
+ * their places, named by nobody); they are put in @fds.  0 if the
+ * receiver can take it.
  */
-static int parcel_make(struct conn *c, int k, int e, int fds[2])
+static int parcel_make(struct conn *c, int k, int e, int fds[PARCEL_FDS])
 {
+	struct handover_fds at = { .sh = k, .region = k + 1, .tcp = -1, .pool = -1,
+	                           .pool_wake = -1 };
 	struct parcel *p;
 	struct stat st;
-	char rec[300];
+	char rec[320];
 	uint32_t off;
 	int sh_fd, fd, n, ok;
 
@@ -212,7 +218,11 @@ static int parcel_make(struct conn *c, int k, int e, int fds[2])
 	snprintf(p->name, sizeof(p->name), "h/%lu.%d", c->bell_ino, (int)sys_getpid());
 	/* the region's inode ties the record to the descriptors of this message */
 	n = snprintf(rec, sizeof(rec), "msg %d %lu\n", e, (unsigned long)st.st_ino);
-	ok = handover_format(rec + n, sizeof(rec) - (size_t)n, c, k, off, k + 1, -1) > 0;
+	if (c->rx_pool) {
+		at.pool = k + 2;
+		at.pool_wake = k + 3;
+	}
+	ok = handover_format(rec + n, sizeof(rec) - (size_t)n, c, off, &at) > 0;
 	if (ok)
 		unlinkat(registry_fd, p->name, 0);      /* an older one, or a planted link */
 	fd = ok ? openat(registry_fd, p->name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
@@ -226,6 +236,8 @@ static int parcel_make(struct conn *c, int k, int e, int fds[2])
 	}
 	fds[0] = sh_fd;
 	fds[1] = region_memfd(c->region);
+	fds[2] = c->rx_pool ? c->rx_pool_fd : fds[1];
+	fds[3] = c->rx_pool ? c->pool_wake_fd : fds[1];
 	p->sh = c->sh;
 	p->expires = time(NULL) + PARCEL_TTL_S;
 	atomic_fetch_add(&c->sh->holders, 1);
@@ -265,11 +277,11 @@ static int parcel_possible(const struct conn *c)
 ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
                        ssize_t (*real)(int, const struct msghdr *, int))
 {
-	const size_t more = CMSG_SPACE(2 * PASS_MAX * sizeof(int));
+	const size_t more = CMSG_SPACE(PARCEL_FDS * PASS_MAX * sizeof(int));
 	char control[m->msg_controllen + more];
 	struct msghdr copy = *m;
 	struct conn *conns[PASS_MAX];
-	int *where[PASS_MAX] = { 0 }, resets[PASS_MAX], extra[2 * PASS_MAX];
+	int *where[PASS_MAX] = { 0 }, resets[PASS_MAX], extra[PARCEL_FDS * PASS_MAX];
 	int n_resets = 0, n, n_made = 0, e = 0, smclo_peer;
 	char made[PASS_MAX][64];
 	ssize_t r;
@@ -285,7 +297,7 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 		hs_resolve_fd(fd);
 		conns[i] = conn_get(fd);
 		if (conns[i] && smclo_peer && parcel_possible(conns[i]))
-			e += 2;
+			e += PARCEL_FDS;
 	}
 	pthread_mutex_lock(&lock);
 	parcels_sweep();
@@ -294,7 +306,8 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 
 		if (!c || c->mode != MODE_SHM)
 			continue;
-		if (smclo_peer && parcel_possible(c) && parcel_make(c, 2 * n_made, e, &extra[2 * n_made]) == 0) {
+		if (smclo_peer && parcel_possible(c) &&
+		    parcel_make(c, PARCEL_FDS * n_made, e, &extra[PARCEL_FDS * n_made]) == 0) {
 			snprintf(made[n_made], sizeof(made[0]), "%s", parcels[n_parcels - 1].name);
 			n_made++;
 			continue;
@@ -315,7 +328,7 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 		 * keeps its numbers, so fill the gap with the first one's */
 		struct cmsghdr *h = (struct cmsghdr *)(control + CMSG_ALIGN(m->msg_controllen));
 
-		for (int i = 2 * n_made; i < e; i++)
+		for (int i = PARCEL_FDS * n_made; i < e; i++)
 			extra[i] = extra[0];
 		h->cmsg_level = SOL_SOCKET;
 		h->cmsg_type = SCM_RIGHTS;
@@ -355,22 +368,30 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
  * @fds[0..@n), the passed socket at @i?  Then the number of descriptors
  * appended at its end, and *@sh, *@region their positions; else -1.
  */
-static int parcel_fits(const char *rec, const int *fds, int n, int i, int *sh, int *region)
+static int parcel_fits(const char *rec, const int *fds, int n, int i, struct handover_fds *at)
 {
-	const char *r = strchr(rec, '\n');
+	const char *r = strchr(rec, '\n'), *tail = strrchr(rec, ',');
 	unsigned long rino, ino;
 	struct stat st;
-	int e;
+	int e, sh, region, pool, wake;
 
-	/* the record names the very socket that came, and state that came with it */
-	if (!r || sscanf(rec, "msg %d %lu\n", &e, &rino) != 2 || e <= 0 || e > n - i - 1 ||
-	    sscanf(r + 1, "%lu,%d,%*[0-9],%d,", &ino, sh, region) != 3 ||
+	/* the record names the very socket that came, and state that came
+	 * with it; its last two fields, the peer's pool (or -1, -1) */
+	while (tail && tail > rec && *--tail != ',')
+		;
+	if (!r || !tail || sscanf(rec, "msg %d %lu\n", &e, &rino) != 2 || e <= 0 ||
+	    e > n - i - 1 || sscanf(r + 1, "%lu,%d,%*[0-9],%d,", &ino, &sh, &region) != 3 ||
+	    sscanf(tail, ",%d,%d", &pool, &wake) != 2 ||
 	    fstat(fds[i], &st) < 0 || st.st_ino != ino ||
-	    *sh < 0 || *sh >= e || *region < 0 || *region >= e)
+	    sh < 0 || sh >= e || region < 0 || region >= e ||
+	    (pool != -1 && (pool < 0 || pool >= e || wake < 0 || wake >= e)))
 		return -1;
-	*sh += n - e;
-	*region += n - e;
-	return fstat(fds[*region], &st) == 0 && st.st_ino == rino ? e : -1;
+	at->sh = fds[n - e + sh];
+	at->region = fds[n - e + region];
+	at->tcp = -1;   /* no TCP socket travels */
+	at->pool = pool < 0 ? -1 : fds[n - e + pool];
+	at->pool_wake = pool < 0 ? -1 : fds[n - e + wake];
+	return fstat(at->region, &st) == 0 && st.st_ino == rino ? e : -1;
 }
 
 /*
@@ -380,7 +401,7 @@ static int parcel_fits(const char *rec, const int *fds, int n, int i, int *sh, i
  */
 static int take_one(const int *fds, int n, int i)
 {
-	char prefix[32], name[300], rec[300];
+	char prefix[32], name[300], rec[320];
 	int dfd, appended = 0;
 	struct dirent *e;
 	struct stat st;
@@ -396,8 +417,9 @@ static int take_one(const int *fds, int n, int i)
 		return 0;
 	}
 	while (!appended && (e = readdir(d))) {
-		int f, sh, region;
+		struct handover_fds at;
 		struct stat fst;
+		int f;
 		ssize_t len;
 
 		if (strncmp(e->d_name, prefix, strlen(prefix)))
@@ -416,12 +438,12 @@ static int take_one(const int *fds, int n, int i)
 		if (len <= 0)
 			continue;
 		rec[len] = '\0';
-		if ((appended = parcel_fits(rec, fds, n, i, &sh, &region)) < 0) {
+		if ((appended = parcel_fits(rec, fds, n, i, &at)) < 0) {
 			appended = 0;
 			continue;
 		}
 		unlinkat(registry_fd, name, 0);         /* tells the sender it was taken */
-		if (handover_take(strchr(rec, '\n') + 1, fds[sh], fds[region]) == 0)
+		if (handover_take(strchr(rec, '\n') + 1, &at) == 0)
 			DBG("recvmsg: took over a connection passed on descriptor %d", fds[i]);
 	}
 	closedir(d);

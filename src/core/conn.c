@@ -69,7 +69,7 @@ struct conn *conn_alloc(int mode)
 	c->mode = mode;
 	c->tcp_fd = -1;
 	c->bell_fd = -1;
-	c->pool_wake_fd = -1;
+	c->rx_pool_fd = c->pool_wake_fd = -1;
 	atomic_fetch_add(&n_conns, 1);
 	return c;
 }

@@ -112,11 +112,14 @@ struct conn {
 	struct io_hold tx_hold, rx_hold;
 	/*
 	 * The peer's buffer pool (peerpool.c), mapped read-only in this process
-	 * once the peer handed it over with a doorbell, and the descriptor that
-	 * tells the peer we released one of its buffers; NULL / -1 until then.
+	 * once the peer handed it over with a doorbell, its memfd (kept, hidden,
+	 * for a program we exec or pass the connection to: handover.c), and
+	 * the descriptor that tells the peer we released one of its buffers;
+	 * NULL / -1 until then.
 	 */
 	const uint8_t *rx_pool;
 	uint64_t rx_pool_len;
+	int rx_pool_fd;
 	int pool_wake_fd;
 };
 

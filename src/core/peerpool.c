@@ -12,8 +12,9 @@
  * the peer shares the open file of anything it hands us, O_NONBLOCK
  * included, so a descriptor whose reads or writes honour that flag (an
  * eventfd, a pipe) could be made to block us for ever.
- * We map the pool read-only and keep no descriptor of it: the mapping is
- * all a reader needs, and a number of the program's is not spent on it.
+ * We map the pool read-only and keep its descriptor hidden (fdtab.c): a
+ * program we exec, or pass the connection to, maps it again
+ * (peerpool_inherit) and reads on where we stopped.
  * A second pool on one connection is refused: references name offsets in
  * one pool for the connection's whole life.
  */
@@ -83,18 +84,46 @@ void peerpool_adopt(struct conn *c, int memfd, int wakefd)
 	if (!c->rx_pool && memfd >= 0 && wakefd >= 0 && is_wake_socket(wakefd) &&
 	    !(atomic_load(&c->sh->flags) & SH_BROKEN) && atomic_load(&c->sh->holders) == 1)
 		base = map_pool(memfd, &len);
-	if (memfd >= 0)
-		sys_close(memfd);
 	if (!base) {
 		DBG("refused a pool the peer handed over");
+		if (memfd >= 0)
+			sys_close(memfd);
 		if (wakefd >= 0)
 			sys_close(wakefd);
 		return;
 	}
+	c->rx_pool_fd = io_keep_fd(memfd);
 	c->pool_wake_fd = io_keep_fd(wakefd);
 	c->rx_pool_len = len;
 	c->rx_pool = base;
 	atomic_store_explicit(&c->tx->pool_ack, 1, memory_order_seq_cst);
+}
+
+int peerpool_inherit(struct conn *c, int memfd, int wakefd)
+{
+	const uint8_t *base;
+	uint64_t len = 0;
+	int keep_mem, keep_wake;
+
+	/* checked again: the environment and the parcel are not the peer's,
+	 * but not above suspicion either */
+	if (c->rx_pool || !is_wake_socket(wakefd) || !(base = map_pool(memfd, &len)))
+		return -1;
+	keep_mem = io_keep_copy(memfd, 0);
+	keep_wake = io_keep_copy(wakefd, 0);
+	if (keep_mem < 0 || keep_wake < 0) {
+		munmap((void *)base, (size_t)len);
+		if (keep_mem >= 0)
+			sys_close(keep_mem);
+		if (keep_wake >= 0)
+			sys_close(keep_wake);
+		return -1;
+	}
+	c->rx_pool_fd = keep_mem;
+	c->pool_wake_fd = keep_wake;
+	c->rx_pool_len = len;
+	c->rx_pool = base;
+	return 0;
 }
 
 void peerpool_released(struct conn *c)
@@ -109,9 +138,11 @@ void peerpool_drop(struct conn *c)
 {
 	if (c->rx_pool)
 		munmap((void *)c->rx_pool, (size_t)c->rx_pool_len);
+	if (c->rx_pool_fd >= 0)
+		sys_close(c->rx_pool_fd);
 	if (c->pool_wake_fd >= 0)
 		sys_close(c->pool_wake_fd);
 	c->rx_pool = NULL;
 	c->rx_pool_len = 0;
-	c->pool_wake_fd = -1;
+	c->rx_pool_fd = c->pool_wake_fd = -1;
 }

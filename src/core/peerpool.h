@@ -20,6 +20,14 @@
  * else closed, and the peer gets no acknowledgement.
  */
 void peerpool_adopt(struct conn *c, int memfd, int wakefd);
+/*
+ * The pool of a connection taken over from the program that exec'd us or
+ * passed it to us (handover.c), which had it from the peer: @memfd and
+ * @wakefd checked as peerpool_adopt checks them, mapped, and copies of
+ * them kept (the caller closes its own).  0, or -1: the connection then
+ * has no pool, and a reference into it resets the connection.
+ */
+int peerpool_inherit(struct conn *c, int memfd, int wakefd);
 /* We consumed a reference: the sender may reuse its buffer. */
 void peerpool_released(struct conn *c);
 /* The connection object goes: unmap the pool, close the wake-up socket. */

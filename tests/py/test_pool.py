@@ -203,3 +203,95 @@ def test_reader_forked_before_the_pool(reg, procs):
     # the request (MORE), then the notification: NOTIF | COPIED
     assert out.strip() == "flags [1, 6]", out + err
     assert reg.stats()["accelerated"] == 2
+
+
+HANDED_OVER_SERVER = r"""
+import ctypes, socket, sys
+import smclo_api as A
+ls = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+print("ready", flush=True)
+c, _ = ls.accept()
+assert c.recv(1) == b"!"
+pool = A.lib.smclo_pool_create(c.fileno(), 4096, 4, 0)
+assert pool
+c.sendall(b"x")                 # its read takes the pool too
+assert c.recv(1) == b"a"
+cq, flags = (A.Cqe * 8)(), []
+
+
+def send(data):
+    b = A.lib.smclo_pool_get(pool)
+    ctypes.memmove(b, data, len(data))
+    assert A.lib.smclo_pool_send(pool, b, len(data), 0, 0) == len(data)
+
+
+send(b"hello")                  # unread when the reader hands the connection on
+assert c.recv(1) == b"b"        # from the program it went to
+send(b"world")
+assert c.recv(3) == b"bye"
+n = A.lib.smclo_reap(pool, cq, 8)
+print(" ".join("%d:%d" % (cq[i].flags, cq[i].count) for i in range(n)), flush=True)
+"""
+
+# the reader: takes the pool, then hands the connection to another program
+# (exec) or process (SCM_RIGHTS) with a referenced buffer unread
+HANDED_OVER_CLIENT = r"""
+import os, socket, sys, time
+how, port = sys.argv[1], int(sys.argv[2])
+NEXT = '''
+import socket, sys
+c = socket.socket(fileno=int(sys.argv[1]))
+def exact(n):
+    got = b""
+    while len(got) < n:
+        d = c.recv(n - len(got))
+        assert d, got
+        got += d
+    return got
+first = exact(5)
+c.sendall(b"b")
+second = exact(5)
+c.sendall(b"bye")
+print("read", (first + second).decode(), flush=True)
+'''
+if how == "passfd":
+    us, them = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:                # a process of its own, not a holder yet
+        _, fds, _, _ = socket.recv_fds(them, 1, 1)
+        os.execv(sys.executable, [sys.executable, "-c", NEXT, str(fds[0])])
+c = socket.create_connection(("127.0.0.1", port))
+c.sendall(b"!")
+assert c.recv(1) == b"x"
+c.sendall(b"a")
+time.sleep(0.3)                 # the reference is in the ring now, unread
+if how == "exec":
+    os.set_inheritable(c.fileno(), True)
+    os.execv(sys.executable, [sys.executable, "-c", NEXT, str(c.fileno())])
+socket.send_fds(us, [b"c"], [c.fileno()])
+c.close()
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.parametrize("how", ["exec", "passfd"])
+def test_pool_follows_the_connection(reg, procs, how):
+    """The reader hands the connection to a program it execs, or to another
+    process with SCM_RIGHTS, while a buffer sent by reference is unread:
+    the peer's pool goes along (mapped again there), the unread reference
+    and the ones after it are read there, and every send was by reference."""
+    port = free_port()
+    env = dict(reg.env, PYTHONPATH=str(Path(__file__).parent))
+    srv = procs.start([PY, "-c", HANDED_OVER_SERVER, str(port)], env, text=True)
+    assert srv.stdout.readline().strip() == "ready", srv.stderr.read()
+    cli = reg.run([PY, "-c", HANDED_OVER_CLIENT, how, str(port)], env=env, timeout=60)
+    assert cli.returncode == 0 and "read helloworld" in cli.stdout, cli.stdout + cli.stderr
+    out, err = srv.communicate(timeout=30)
+    assert srv.returncode == 0, out + err
+    # two requests (MORE), then notifications of both, by reference: no
+    # COPIED, nothing RECLAIMED
+    cqes = [tuple(map(int, f.split(":"))) for f in out.split()]
+    assert sorted(f for f, _ in cqes if f & 1) == [1, 1], out
+    assert [f for f, _ in cqes if f & 2] and all(f == 2 for f, _ in cqes if f & 2), out
+    assert sum(n for f, n in cqes if f & 2) == 2, out
