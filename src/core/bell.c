@@ -125,6 +125,8 @@ int bell_send_pool(struct conn *c, int fd, int memfd, int wakefd)
 
 	sh_lock(&c->sh->tx_lock);
 	r = bell_send_fds(c, fd, 0, fds, 2);
+	if (r == 0)     /* the reader may take it before the ring empties (rx.c) */
+		atomic_store_explicit(&c->tx->pool_bell, c->sh->bell_seq, memory_order_release);
 	sh_unlock(&c->sh->tx_lock);
 	return r;
 }

@@ -42,6 +42,17 @@ static void publish_cons(struct conn *c)
 	atomic_store_explicit(&c->tx->cons, sh->cons, memory_order_seq_cst);
 }
 
+/* Does a doorbell we have not drained carry the peer's pool, with another
+ * doorbell after it?  (The peer's word: a lie costs it our drains until
+ * we pass it, then nothing.) */
+static int pool_waits(const struct conn *c)
+{
+	uint64_t at = atomic_load_explicit(&c->rx->pool_bell, memory_order_acquire);
+
+	return !c->rx_pool && at > c->sh->bells_drained &&
+	       atomic_load_explicit(&c->rx->bell_seq, memory_order_relaxed) > at;
+}
+
 /*
  * After consuming up to sh->cons with the producer seen at @prod: tell the
  * writer what it needs to know and consume doorbells we no longer need.
@@ -58,6 +69,13 @@ static void after_consume(struct conn *c, int fd, uint64_t prod, int refs_done)
 		 * which, its wake-up socket says to look */
 		publish_cons(c);
 		peerpool_released(c);
+	}
+	if (sh->cons != prod && pool_waits(c)) {
+		/* the peer's pool came on a doorbell before the last one: take
+		 * it now, so that the peer's next sends go by reference, not
+		 * when the ring next runs empty (the last doorbell stays) */
+		publish_cons(c);
+		bell_drain(c, fd, 1);
 	}
 	if (sh->cons == prod) {
 		uint64_t again;

@@ -47,6 +47,8 @@ struct ring_hdr {
 	_Atomic uint64_t fin_prod;
 	_Atomic uint32_t flags;
 	_Atomic uint64_t ref_prod;          /* pool references the owner sent (ref[]) */
+	_Atomic uint64_t pool_bell;         /* doorbells counted up to and with the one
+	                                       that carried the owner's pool (0: none) */
 	/* consumer line: the owner's progress on the peer's stream */
 	_Alignas(64) _Atomic uint64_t cons;
 	_Atomic uint32_t write_blocked;     /* owner waits for space: drain bells */

@@ -552,6 +552,10 @@ static void step_peer_fds(struct world *w, struct in *in)
 	memcpy(CMSG_DATA(cm), fds, n * sizeof(int));
 	atomic_store(&w->rx->bell_val[seq % BELL_LOG], atomic_load(&w->rx->prod));
 	atomic_store(&w->rx->bell_seq, seq + 1);
+	/* says which doorbell carries it, as bell_send_pool does (the
+	 * reader may take it before the ring empties); other steps move
+	 * the count on, truthfully or not */
+	atomic_store(&w->rx->pool_bell, seq + 1);
 	sendmsg(w->peer, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
 	close(fds[0]);
 	close(p[0]);
@@ -661,6 +665,8 @@ static void step_peer(struct world *w, struct in *in, int op)
 	}
 }
 
+/* (New operations go after the ones above only with a new PEER_OPS, which
+ * changes what every corpus input means: the regression inputs too.) */
 #define PEER_OPS 17
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

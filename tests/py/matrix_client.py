@@ -149,7 +149,15 @@ def exchange(c, data, api=None, pool=False):
     t.start()
     try:
         if sender:
-            sender.sendall(data)
+            # the first buffer goes by copy (the server has not mapped the
+            # pool yet); once its echo is back the server has read the
+            # ring empty and mapped the pool, so the rest goes by reference
+            first = min(len(data), sender.size)
+            sender.sendall(data[:first])
+            deadline = time.monotonic() + TIMEOUT
+            while len(got) < first and t.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.001)
+            sender.sendall(data[first:])
         elif api:
             api.sendall(c.fileno(), data)
         else:

@@ -251,8 +251,10 @@ def summary(st):
 
 
 # the rows sending from a buffer pool, and how their sends must have gone:
-# by reference on every accelerated path (the first sends of a connection
-# are copies until the peer maps the pool), copied on TCP
+# by reference on every accelerated path (a connection's first sends are
+# copies until the peer maps the pool; client-pool waits for the echo of
+# its first buffer, so its 300 KB connection sends by reference), copied
+# on TCP; counted in the registry's totals (`smclo stats`)
 POOL_PATTERNS = {"client-pool", "pool-accept", "pool-fork"}
 
 
