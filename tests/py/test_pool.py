@@ -147,7 +147,23 @@ def test_reader_killed_holding(reg, procs, kind):
         assert cli["copied"] == cli["sent"], cli
 
 
-FORKED_READER_SERVER = r"""
+def run_scripts(reg, procs, server, client, *args):
+    """Python scripts using smclo_api at both ends under smclo run: the
+    server's (its port the last argument) and the client's (@args, then
+    the port); both must succeed.  (client's result, server's output)."""
+    port = free_port()
+    env = dict(reg.env, PYTHONPATH=str(Path(__file__).parent))
+    srv = procs.start([PY, "-c", server, str(port)], env, text=True)
+    assert srv.stdout.readline().strip() == "ready", srv.stderr.read()
+    cli = reg.run([PY, "-c", client] + list(args) + [str(port)], env=env, timeout=60)
+    out, err = srv.communicate(timeout=30)
+    assert cli.returncode == 0, cli.stdout + cli.stderr + "\nserver: " + out + err
+    assert srv.returncode == 0, out + err
+    return cli, out
+
+
+# both servers: take a connection, its first byte, make a pool for it
+SERVER_START = r"""
 import ctypes, socket, sys
 import smclo_api as A
 ls = socket.create_server(("127.0.0.1", int(sys.argv[1])))
@@ -156,7 +172,9 @@ c, _ = ls.accept()
 assert c.recv(1) == b"!"
 pool = A.lib.smclo_pool_create(c.fileno(), 4096, 4, 0)
 assert pool
-c.sendall(b"x")                 # the child's read takes it, and the pool's doorbell
+"""
+
+FORKED_READER_SERVER = SERVER_START + r"""c.sendall(b"x")                 # the child's read takes it, and the pool's doorbell
 assert c.recv(1) == b"c"        # the child is gone
 b = A.lib.smclo_pool_get(pool)
 ctypes.memmove(b, b"hello", 5)
@@ -192,29 +210,14 @@ def test_reader_forked_before_the_pool(reg, procs):
     the doorbell that carried it: the pool is refused (a fork sibling that
     holds the connection too could not read references into a mapping only
     one of them has), and the sends are copies - no reset, every byte there."""
-    port = free_port()
-    env = dict(reg.env, PYTHONPATH=str(Path(__file__).parent))
-    srv = procs.start([PY, "-c", FORKED_READER_SERVER, str(port)], env, text=True)
-    assert srv.stdout.readline().strip() == "ready", srv.stderr.read()
-    cli = reg.run([PY, "-c", FORKED_READER_CLIENT, str(port)], env=env, timeout=60)
-    assert cli.returncode == 0 and cli.stdout.strip() == "read hello", cli.stdout + cli.stderr
-    out, err = srv.communicate(timeout=30)
-    assert srv.returncode == 0, out + err
+    cli, out = run_scripts(reg, procs, FORKED_READER_SERVER, FORKED_READER_CLIENT)
+    assert cli.stdout.strip() == "read hello", cli.stdout + cli.stderr
     # the request (MORE), then the notification: NOTIF | COPIED
     assert out.strip() == "flags [1, 6]", out + err
     assert reg.stats()["accelerated"] == 2
 
 
-HANDED_OVER_SERVER = r"""
-import ctypes, socket, sys
-import smclo_api as A
-ls = socket.create_server(("127.0.0.1", int(sys.argv[1])))
-print("ready", flush=True)
-c, _ = ls.accept()
-assert c.recv(1) == b"!"
-pool = A.lib.smclo_pool_create(c.fileno(), 4096, 4, 0)
-assert pool
-c.sendall(b"x")                 # its read takes the pool too
+HANDED_OVER_SERVER = SERVER_START + r"""c.sendall(b"x")                 # its read takes the pool too
 assert c.recv(1) == b"a"
 cq, flags = (A.Cqe * 8)(), []
 
@@ -281,14 +284,8 @@ def test_pool_follows_the_connection(reg, procs, how):
     process with SCM_RIGHTS, while a buffer sent by reference is unread:
     the peer's pool goes along (mapped again there), the unread reference
     and the ones after it are read there, and every send was by reference."""
-    port = free_port()
-    env = dict(reg.env, PYTHONPATH=str(Path(__file__).parent))
-    srv = procs.start([PY, "-c", HANDED_OVER_SERVER, str(port)], env, text=True)
-    assert srv.stdout.readline().strip() == "ready", srv.stderr.read()
-    cli = reg.run([PY, "-c", HANDED_OVER_CLIENT, how, str(port)], env=env, timeout=60)
-    assert cli.returncode == 0 and "read helloworld" in cli.stdout, cli.stdout + cli.stderr
-    out, err = srv.communicate(timeout=30)
-    assert srv.returncode == 0, out + err
+    cli, out = run_scripts(reg, procs, HANDED_OVER_SERVER, HANDED_OVER_CLIENT, how)
+    assert "read helloworld" in cli.stdout, cli.stdout + cli.stderr
     # two requests (MORE), then notifications of both, by reference: no
     # COPIED, nothing RECLAIMED
     cqes = [tuple(map(int, f.split(":"))) for f in out.split()]
