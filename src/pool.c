@@ -406,7 +406,12 @@ static int by_reference(struct smclo_pool *p)
 static long long send_ref(struct smclo_pool *p, const struct buf *b, size_t len, int dontwait)
 {
 	uint32_t off = (uint32_t)((size_t)(b - p->bufs) * p->buf_size);
-	long long end = tx_send_ref(p->c, p->fd, off, (uint32_t)len, dontwait);
+	long long end;
+
+	/* its release wakes us: asked before the reference is published
+	 * (whose release store orders it), so the peer sees the request */
+	atomic_store_explicit(&p->c->tx->pool_wake_wanted, 1, memory_order_relaxed);
+	end = tx_send_ref(p->c, p->fd, off, (uint32_t)len, dontwait);
 
 	return end == 0 ? -EAGAIN : end;
 }
@@ -522,8 +527,14 @@ static int peer_finished(struct smclo_pool *p)
  * placeholders (in send order), or it went away. */
 static void collect(struct smclo_pool *p)
 {
-	uint64_t cons = atomic_load_explicit(&p->c->rx->cons, memory_order_acquire);
-	int gone = !p->peer_gone && peer_finished(p);
+	uint64_t cons;
+	int gone = !p->peer_gone && peer_finished(p), out = 0;
+
+	/* a wake-up for the next release, asked before the cursor is read
+	 * (both seq_cst, against the peer's publish-then-take): either we
+	 * see its release now, or it sees the request */
+	atomic_store_explicit(&p->c->tx->pool_wake_wanted, 1, memory_order_seq_cst);
+	cons = atomic_load_explicit(&p->c->rx->cons, memory_order_seq_cst);
 
 	/* a cursor taken backwards is the peer's lie: keep the furthest */
 	if ((int64_t)(cons - p->cons_seen) > 0)
@@ -541,9 +552,13 @@ static void collect(struct smclo_pool *p)
 			notify(p, next, 0);
 		else if (gone)
 			notify(p, next, SMCLO_CQE_F_RECLAIMED);
-		else
+		else {
+			out = 1;
 			break;
+		}
 	}
+	if (!out)       /* nothing of ours to release: no wake-up wanted */
+		atomic_store_explicit(&p->c->tx->pool_wake_wanted, 0, memory_order_relaxed);
 	if (gone) {
 		p->peer_gone = 1;
 		/* its hang-up would keep smclo_pool_fd() readable for ever */

@@ -128,8 +128,11 @@ int peerpool_inherit(struct conn *c, int memfd, int wakefd)
 
 void peerpool_released(struct conn *c)
 {
-	/* a full queue: the sender has wake-ups to read anyway */
+	/* only when the sender asked since it last looked (pool_wake_wanted,
+	 * taken after our cursor was published: seq_cst against its
+	 * ask-then-look); a full queue: it has wake-ups to read anyway */
 	if (c->pool_wake_fd >= 0 &&
+	    atomic_exchange_explicit(&c->rx->pool_wake_wanted, 0, memory_order_seq_cst) &&
 	    sys_send(c->pool_wake_fd, "r", 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
 		DBG("pool release wake-up: %m");
 }

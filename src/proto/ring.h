@@ -49,6 +49,9 @@ struct ring_hdr {
 	_Atomic uint64_t ref_prod;          /* pool references the owner sent (ref[]) */
 	_Atomic uint64_t pool_bell;         /* doorbells counted up to and with the one
 	                                       that carried the owner's pool (0: none) */
+	_Atomic uint32_t pool_wake_wanted;  /* 1: the owner has pool buffers out and has
+	                                       not looked since: the peer's next release
+	                                       wakes it (and clears this) */
 	/* consumer line: the owner's progress on the peer's stream */
 	_Alignas(64) _Atomic uint64_t cons;
 	_Atomic uint32_t write_blocked;     /* owner waits for space: drain bells */

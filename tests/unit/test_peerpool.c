@@ -5,8 +5,8 @@
  * hollowed out), live on hugetlbfs, or exceed 1 GiB is refused, as is a
  * wake-up descriptor that is not an AF_UNIX SEQPACKET socket, a second pool,
  * a pool on a broken connection, and a pool while a fork sibling holds the
- * connection too; a release never waits, even when the sender left no room
- * on a blocking socket; and a pool handed on (exec, SCM_RIGHTS) is mapped
+ * connection too; a release wakes the sender once it asked, once, and never
+ * waits, even when the sender left no room on a blocking socket; and a pool handed on (exec, SCM_RIGHTS) is mapped
  * again by peerpool_inherit, checked the same way.
  */
 #include "check.h"
@@ -65,9 +65,14 @@ static void test_sound_pool_taken(void)
 	CHECK(w->c.rx_pool && w->c.rx_pool_len == POOL_LEN && !memcmp(w->c.rx_pool, "pool", 4));
 	CHECK(atomic_load(&w->mine->pool_ack) == 1);
 	CHECK(w->c.rx_pool_fd >= 0 && w->c.pool_wake_fd >= 0);
-	/* a release says so on the socket */
+	/* a release says so on the socket - once the sender asked */
 	peerpool_released(&w->c);
-	CHECK(recv(keep, &b, 1, MSG_DONTWAIT) == 1);
+	CHECK(recv(keep, &b, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN);
+	atomic_store(&w->peer->pool_wake_wanted, 1);
+	peerpool_released(&w->c);
+	peerpool_released(&w->c);
+	CHECK(recv(keep, &b, 1, MSG_DONTWAIT) == 1 && atomic_load(&w->peer->pool_wake_wanted) == 0);
+	CHECK(recv(keep, &b, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN);      /* one, not two */
 	peerpool_drop(&w->c);
 	CHECK(!w->c.rx_pool && w->c.rx_pool_fd == -1 && w->c.pool_wake_fd == -1);
 	close(keep);
@@ -166,8 +171,10 @@ static void test_release_never_waits(void)
 	CHECK(w->c.rx_pool != NULL);
 	signal(SIGALRM, on_alarm);
 	alarm(5);
-	for (int i = 0; i < 100; i++)
+	for (int i = 0; i < 100; i++) {
+		atomic_store(&w->peer->pool_wake_wanted, 1);
 		peerpool_released(&w->c);
+	}
 	alarm(0);
 	CHECK(1);       /* came back */
 	peerpool_drop(&w->c);
