@@ -361,7 +361,8 @@ __attribute__((constructor)) static void smclo_init(void)
 	io_set_hooks(&(struct io_hooks){ .thread_sleeps = watch_thread_sleeps,
 	                                 .rcvtimeo_ms = so_rcvtimeo_ms,
 	                                 .keep_fd = fd_hide,
-	                                 .keep_copy = fd_keep_copy });
+	                                 .keep_copy = fd_keep_copy,
+	                                 .is_kept = fd_is_hidden });
 	smclo_active = 1;
 	DBG("active, registry %s, ring %u, handshake %d ms", cfg.dir, cfg.tx_size, cfg.handshake_ms);
 	handover_adopt();

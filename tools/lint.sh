@@ -15,7 +15,7 @@ set -eu
 cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
 # The project's own flags (CMakeLists.txt: C11 with GNU extensions).
-CFLAGS="-std=gnu11 -D_GNU_SOURCE -Iinclude -Isrc -Isrc/core -Isrc/registry -Isrc/proto -Isrc/base"
+CFLAGS="-std=gnu11 -D_GNU_SOURCE -Iinclude -Isrc -Isrc/handshake -Isrc/core -Isrc/registry -Isrc/proto -Isrc/base"
 SUPP=tools/lint-suppressions.txt
 JOBS=${LINT_JOBS:-2}
 
@@ -37,7 +37,7 @@ files=$(find src -name '*.c' | sort)
 # Exit status 2 only when cppcheck itself could not run.
 echo "lint: cppcheck $(cppcheck --version | sed 's/^Cppcheck //')" >&2
 cppcheck --enable=warning,style,performance,portability --inconclusive \
-	--std=c11 -D_GNU_SOURCE -Iinclude -Isrc -Isrc/core -Isrc/registry -Isrc/proto -Isrc/base --library=posix --library=gnu \
+	--std=c11 -D_GNU_SOURCE -Iinclude -Isrc -Isrc/handshake -Isrc/core -Isrc/registry -Isrc/proto -Isrc/base --library=posix --library=gnu \
 	--inline-suppr --quiet \
 	--template='cppcheck|{file}|{line}|{id}|{severity}: {message}' \
 	$files 2>"$out/cppcheck.txt" >/dev/null || {

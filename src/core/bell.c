@@ -52,6 +52,11 @@ int io_keep_copy(int fd, int if_spare)
 	return if_spare ? -1 : sys_fcntl(fd, F_DUPFD_CLOEXEC, 3);
 }
 
+int io_is_kept(int fd)
+{
+	return hooks.is_kept ? hooks.is_kept(fd) : fd >= 0;
+}
+
 int io_rcvtimeo_ms(struct conn *c, int fd)
 {
 	return hooks.rcvtimeo_ms ? hooks.rcvtimeo_ms(c, fd) : 0;

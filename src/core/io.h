@@ -45,12 +45,16 @@ struct io_hooks {
 	 * the process can spare a descriptor for it (regions kept for a
 	 * hand-over must not eat a server's capacity) */
 	int (*keep_copy)(int fd, int if_spare);
+	/* is @fd still one smclo keeps (kept with keep_fd, not closed or
+	 * taken over by the program since)? */
+	int (*is_kept)(int fd);
 };
 void io_set_hooks(const struct io_hooks *h);
 void io_thread_sleeps(void);
 int io_rcvtimeo_ms(struct conn *c, int fd);
 int io_keep_fd(int fd);
 int io_keep_copy(int fd, int if_spare);
+int io_is_kept(int fd);
 
 /* bell.c */
 #define SIDE_SNDBUF 6500    /* the doorbell socket's; the kernel doubles it: ~4 doorbells

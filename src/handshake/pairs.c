@@ -5,7 +5,6 @@
  * copy, never across a system call (as in deferred.c).
  */
 #include "pairs.h"
-#include "fdtab.h"
 
 #include "conn.h"
 #include "io.h"
@@ -37,9 +36,9 @@ static int pair_make(int pair[2], int hide_theirs)
 	if (sys_socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0)
 		return -1;
 	sys_setsockopt(pair[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
-	pair[0] = fd_hide(pair[0]);
+	pair[0] = io_keep_fd(pair[0]);
 	if (hide_theirs)
-		pair[1] = fd_hide(pair[1]);
+		pair[1] = io_keep_fd(pair[1]);
 	return 0;
 }
 
@@ -90,7 +89,7 @@ int pairs_refill(void)
 		atomic_store_explicit(&wanted, 0, memory_order_relaxed);
 		return 0;
 	}
-	if (!fd_is_hidden(p.fd[0]) || !fd_is_hidden(p.fd[1])) {
+	if (!io_is_kept(p.fd[0]) || !io_is_kept(p.fd[1])) {
 		pair_close(p.fd);
 		atomic_store_explicit(&wanted, 0, memory_order_relaxed);
 		return 1;

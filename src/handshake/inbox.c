@@ -23,7 +23,6 @@
  * the one inbox it was connected to, whatever pid the registry names.
  */
 #include "inbox.h"
-#include "fdtab.h"
 
 #include "config.h"
 #include "conn.h"
@@ -138,7 +137,7 @@ static int inbox_bind(uint64_t *id)
 	*id = registry_random64() | 1;          /* 0 names no inbox */
 	inbox_name(name, sizeof(name), sys_getpid(), *id);
 	s = registry_inbox_bind(registry_fd, name);
-	return s < 0 ? -1 : fd_hide(s);
+	return s < 0 ? -1 : io_keep_fd(s);
 }
 
 uint64_t inbox_id(void)
@@ -395,7 +394,7 @@ static struct link *link_get(const char *name)
 	if (l->name[0])
 		link_drop(l);
 	snprintf(l->name, sizeof(l->name), "%s", name);
-	l->sock = fd_hide(s);
+	l->sock = io_keep_fd(s);
 	l->owner = owner;
 	l->key = peerid_make(PEERID_LINK, ++links_made);
 	return l;
