@@ -544,6 +544,27 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 }
 
 /*
+ * We are about to wait with bytes unread (a peek wanting more than is
+ * there): a writer waiting for room must get what we consumed, or both
+ * wait for ever - its next bytes are what we wait for.  Our cursor is
+ * published first, then write_blocked looked at (both seq_cst, against
+ * the writer's raise-then-look): either the writer sees the room, or we
+ * see it blocked and drain its doorbells, which wakes it (io.h).
+ */
+static void rx_free_writer(struct conn *c, int fd)
+{
+	struct conn_shared *sh = c->sh;
+
+	if (sh->cons_pub != sh->cons)
+		publish_cons(c);
+	if (atomic_load_explicit(&c->rx->write_blocked, memory_order_seq_cst) &&
+	    sh->cons_woke != sh->cons) {
+		bell_drain(c, fd, 1);
+		sh->cons_woke = sh->cons;
+	}
+}
+
+/*
  * A peek waiting for more than the @have bytes it found: their doorbell
  * stays queued (it covers unread bytes), so the doorbell socket cannot be
  * slept on.  Sleep on our futex word instead - every produce wakes it
@@ -557,6 +578,8 @@ static int rx_wait_more(struct conn *c, int fd, uint64_t have_prod)
 	uint32_t none = 0, seq;
 	uint64_t prod;
 	int r, mine;
+
+	rx_free_writer(c, fd);
 
 	/* the rest of what it waits for is usually on its way (a message
 	 * being written): watch for it first, as a blocking read does before
@@ -653,6 +676,8 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 			break;
 		}
 		if (dontwait) {
+			if (have)
+				rx_free_writer(c, fd);  /* before the program waits elsewhere */
 			r = -EAGAIN;
 			break;
 		}

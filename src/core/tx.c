@@ -18,7 +18,9 @@
 static int peer_cons(struct conn *c, uint64_t *out)
 {
 	struct conn_shared *sh = c->sh;
-	uint64_t pc = atomic_load_explicit(&c->rx->cons, memory_order_acquire);
+	/* seq_cst: after our write_blocked, against the reader's
+	 * publish-then-look (rx_free_writer) */
+	uint64_t pc = atomic_load_explicit(&c->rx->cons, memory_order_seq_cst);
 
 	if (!ring_cons_valid(sh->peer_cons_seen, pc, sh->prod)) {
 		conn_mark_broken(c);

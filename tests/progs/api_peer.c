@@ -32,6 +32,12 @@
  *            waits in a claim of a full stream: EPIPE or ECONNRESET
  *   killed-writer  the client dies holding a claim while the server waits
  *            in a peek for more than was committed: those bytes, then the end
+ *   big-peek 16 MiB written with write() against a server whose peeks ask
+ *            for nearly the whole ring and consume 50000 bytes at a time:
+ *            the writer waits for room while the reader waits for more, so
+ *            the reader must give the writer its room before it waits (it
+ *            hung for ever); blocking peeks, then SMCLO_DONTWAIT peeks
+ *            with poll()
  */
 #include "smclo.h"
 #include "scenario.h"
@@ -588,6 +594,56 @@ static void thread_exit_client(int fd)
 }
 
 
+#define BIG_PEEK_BYTES (16u << 20)
+#define BIG_PEEK_MIN 1000000u      /* of a 1 MiB ring */
+
+static void big_peek_client(int fd)
+{
+	static uint8_t b[64 << 10];
+	int via = smclo_via(fd);
+	char c;
+
+	while (wpos < BIG_PEEK_BYTES) {
+		for (size_t i = 0; i < sizeof(b); i++)
+			b[i] = pattern(wpos++);
+		write_all(fd, b, sizeof(b));
+	}
+	shutdown(fd, SHUT_WR);
+	CHECK(read(fd, &c, 1) == 0, "the server's end");
+	printf("ok via=%s bytes=%llu\n", via_name(via), (unsigned long long)wpos);
+}
+
+static void big_peek_server(int fd)
+{
+	int dontwait_peeks = 0, via = 0;
+
+	while (rpos < BIG_PEEK_BYTES) {
+		uint64_t left = BIG_PEEK_BYTES - rpos;
+		size_t min = left < BIG_PEEK_MIN ? (size_t)left : BIG_PEEK_MIN;
+		int dontwait = rpos >= BIG_PEEK_BYTES / 2;      /* the second half */
+		struct smclo_span s;
+		ssize_t got = smclo_recv_peek(fd, min, &s, dontwait ? SMCLO_DONTWAIT : 0);
+		size_t take;
+
+		if (got < 0 && dontwait && errno == EAGAIN) {
+			struct pollfd p = { .fd = fd, .events = POLLIN };
+
+			dontwait_peeks++;
+			CHECK(poll(&p, 1, 10000) >= 0, "poll");
+			continue;
+		}
+		CHECK(got >= (ssize_t)min, "peek of %zu gave %zd after %llu bytes", min, got,
+		      (unsigned long long)rpos);
+		take = (size_t)got < 50000 ? (size_t)got : 50000;
+		via = s.via;
+		check_span(&s, take);
+		CHECK(smclo_recv_consume(fd, take) == 0, "consume of %zu", take);
+	}
+	shutdown(fd, SHUT_WR);
+	printf("ok via=%s bytes=%llu dontwait_peeks=%d\n", via_name(via),
+	       (unsigned long long)rpos, dontwait_peeks);
+}
+
 static const struct scenario scenarios[] = {
 	{ "bulk", bulk_client, bulk_server },
 	{ "mixed", mixed_client, mixed_server },
@@ -601,6 +657,7 @@ static const struct scenario scenarios[] = {
 	{ "killed-writer", killed_writer_client, killed_writer_server },
 	{ "thread-exit", thread_exit_client, drain_server },
 	{ "keep", keep_client, keep_server },
+	{ "big-peek", big_peek_client, big_peek_server },
 };
 
 static void client_start(void)

@@ -21,7 +21,7 @@ import pytest
 from conftest import SMCLO, TESTBIN, VETH_NET, Registry, free_port
 
 PEER = str(TESTBIN / "api_peer")
-SCENARIOS = ["bulk", "mixed", "abort", "errors", "eof", "fork", "full", "close", "thread-exit",
+SCENARIOS = ["bulk", "mixed", "abort", "errors", "eof", "fork", "full", "close", "thread-exit", "big-peek",
              "keep"]
 
 
