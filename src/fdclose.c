@@ -44,7 +44,7 @@ static int peer_crashed(struct conn *c, int fd)
 	if (region_mine(c->region) ||
 	    atomic_load_explicit(&c->rx->flags, memory_order_acquire) & RING_F_CLOSED)
 		return 0;
-	return (peer_hangup_flags(fd) & SH_PEER_GONE) != 0;
+	return (peer_hangup_flags(c, fd) & SH_PEER_GONE) != 0;
 }
 
 /* A client tells payoff.c how much this connection carried. */

@@ -90,6 +90,7 @@ struct smclo_pool {
 	int release_fd;         /* the peer's "released" messages arrive here, */
 	int peer_release_fd;    /* sent from this other end, the peer's once handed over */
 	int epfd;               /* smclo_pool_fd(): efd, release_fd, the connection's hang-up */
+	int hup_watched;        /* the connection's descriptor is in epfd */
 	struct cq_entry *cq;    /* ring of completions */
 	unsigned cq_cap, cq_head, cq_len;
 };
@@ -203,6 +204,7 @@ static int pool_wakeups(struct smclo_pool *p)
 	ev.events = 0;
 	if (sys_epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->fd, &ev) < 0)
 		return -errno;
+	p->hup_watched = 1;
 	return 0;
 }
 
@@ -515,10 +517,19 @@ static int peer_finished(struct smclo_pool *p)
 	 * noted for the connection too, so that its next send fails (EPIPE)
 	 * instead of putting a reference into a ring nobody reads */
 	if (api_names(p->fd, c, 0, 0)) {
-		uint32_t hup = peer_hangup_flags(p->fd);
+		uint32_t hup = peer_hangup_flags(c, p->fd);
 
 		atomic_fetch_or(&c->sh->flags, hup);
-		return (hup & SH_PEER_GONE) != 0;
+		if (hup & SH_PEER_GONE)
+			return 1;
+		/* both sides shut down writing: the socket's hang-up says
+		 * nothing more, and would keep smclo_pool_fd() readable; the
+		 * peer's releases and its close come on the release socket */
+		if ((hup & SH_PEER_SHUT) && p->hup_watched &&
+		    (atomic_load(&c->sh->flags) & SH_SHUT_WR)) {
+			sys_epoll_ctl(p->epfd, EPOLL_CTL_DEL, p->fd, NULL);
+			p->hup_watched = 0;
+		}
 	}
 	return 0;
 }
@@ -562,7 +573,9 @@ static void collect(struct smclo_pool *p)
 	if (gone) {
 		p->peer_gone = 1;
 		/* its hang-up would keep smclo_pool_fd() readable for ever */
-		sys_epoll_ctl(p->epfd, EPOLL_CTL_DEL, p->fd, NULL);
+		if (p->hup_watched)
+			sys_epoll_ctl(p->epfd, EPOLL_CTL_DEL, p->fd, NULL);
+		p->hup_watched = 0;
 	}
 }
 

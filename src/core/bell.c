@@ -366,7 +366,7 @@ void bell_drain(struct conn *c, int fd, int keep_one)
 		}
 		sh->bells_drained = i + 1;
 		atomic_store_explicit(&c->tx->bells_drained, i + 1, memory_order_relaxed);
-		if (++drained % DRAIN_LOOK == 0 && peer_hangup_flags(fd))
+		if (++drained % DRAIN_LOOK == 0 && peer_hangup_flags(c, fd))
 			break;
 	}
 }
@@ -412,14 +412,20 @@ int bell_wait_writable(int fd, int dontwait)
 	return 0;
 }
 
-uint32_t peer_hangup_flags(int fd)
+uint32_t peer_hangup_flags(const struct conn *c, int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
 
 	if (sys_poll(&p, 1, 0) != 1)
 		return 0;
-	/* a half-close ends only what we read; a hang-up ends both directions */
-	if (p.revents & (POLLHUP | POLLERR))
+	/* a half-close ends only what we read; a hang-up ends both directions -
+	 * but a socket whose two ends both shut down writing hangs up too,
+	 * with the peer alive and maybe still reading what we sent (pool
+	 * buffers it has not released): not gone, unless it said it closed */
+	if ((p.revents & (POLLHUP | POLLERR)) &&
+	    ((atomic_load(&c->sh->flags) & SH_SHUT_WR) == 0 ||
+	     (atomic_load_explicit(&c->rx->flags, memory_order_acquire) &
+	      (RING_F_SHUTDOWN | RING_F_CLOSED | RING_F_ABORT)) != RING_F_SHUTDOWN))
 		return SH_PEER_GONE | SH_PEER_SHUT;
-	return (p.revents & POLLRDHUP) ? SH_PEER_SHUT : 0;
+	return (p.revents & (POLLRDHUP | POLLHUP)) ? SH_PEER_SHUT : 0;
 }

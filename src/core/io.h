@@ -82,8 +82,12 @@ void bell_wake_word(_Atomic uint32_t *word);
 int bell_sleep(struct conn *c, int fd, uint32_t seq);
 /* Does every installed signal handler have SA_RESTART (a read goes on)? */
 int bell_signals_restart(void);
-/* SH_PEER_GONE and/or SH_PEER_SHUT as the doorbell socket reports them now. */
-uint32_t peer_hangup_flags(int fd);
+/*
+ * SH_PEER_GONE and/or SH_PEER_SHUT as @c's doorbell socket @fd reports them
+ * now.  Once both sides shut down writing the socket hangs up whether the
+ * peer lives or not: then only its CLOSED (or ABORT) says it is gone.
+ */
+uint32_t peer_hangup_flags(const struct conn *c, int fd);
 
 /*
  * Claims and peeks (the native API, smclo.h): the transmit or receive lock

@@ -407,7 +407,7 @@ socket_wait:
 	/* a message is queued, or the peer hung up */
 	if (atomic_load_explicit(&c->rx->bell_seq, memory_order_acquire) != sh->bells_drained)
 		return 0;
-	uint32_t hup = peer_hangup_flags(fd);
+	uint32_t hup = peer_hangup_flags(c, fd);
 	if (hup) {
 		atomic_fetch_or(&sh->flags, hup);
 		return 1;
@@ -443,7 +443,7 @@ void rx_note_interrupted(void)
 
 static int rx_idle_look(struct conn *c, int fd, int idle_loops)
 {
-	uint32_t hup = peer_hangup_flags(fd);
+	uint32_t hup = peer_hangup_flags(c, fd);
 
 	if (hup) {
 		atomic_fetch_or(&c->sh->flags, hup);
@@ -608,7 +608,7 @@ static int rx_wait_more(struct conn *c, int fd, uint64_t have_prod)
 	}
 	sh_lock(&sh->rx_lock);
 	if (r == BELL_SLEEP_ON || r == -EAGAIN) {
-		uint32_t hup = peer_hangup_flags(fd);
+		uint32_t hup = peer_hangup_flags(c, fd);
 
 		if (hup) {
 			atomic_fetch_or(&sh->flags, hup);

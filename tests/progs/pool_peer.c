@@ -23,6 +23,11 @@
  *   fork    a fork child cannot use its parent's pool (EPERM) and frees its
  *           copy; the parent goes on, every byte arrives
  *   errors  EINVAL, ENOBUFS, EBUSY, ENOTSOCK, EBADF, EDEADLK as smclo.h lists them
+ *   shut    both ends shut down writing while 8 buffers sent by reference
+ *           are unread (the server waits half a second before it reads):
+ *           no buffer may come back RECLAIMED - the peer lives - and each
+ *           is scribbled over as it comes back, which the reader would see
+ *           if it came back early
  *
  * "ok" reports the notifications by kind: refs (read in place by the peer),
  * copied (SMCLO_CQE_F_COPIED), kernel (SMCLO_CQE_F_KERNEL: io_uring SEND_ZC or
@@ -44,6 +49,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MSGS 300
@@ -497,12 +503,48 @@ static void errors_client(int fd)
 }
 
 
+static void shut_client(int fd)
+{
+	struct smclo_pool *p = smclo_pool_create(fd, BUF_SIZE, 8, 0);
+	void *got[8];
+
+	CHECK(p, "smclo_pool_create");
+	handshake_pool(fd);
+	for (int i = 0; i < 8; i++)
+		pool_send(p, BUF_SIZE);
+	CHECK(shutdown(fd, SHUT_WR) == 0, "shutdown");
+	wait_all_notified(p);
+	CHECK(t.reclaimed == 0, "%llu buffers came back reclaimed from a live reader",
+	      (unsigned long long)t.reclaimed);
+	for (int i = 0; i < 8; i++) {
+		CHECK((got[i] = smclo_pool_get(p)) != NULL, "buffer %d back", i);
+		memset(got[i], 0xee, BUF_SIZE);
+	}
+	report(fd, "");
+	CHECK(smclo_pool_destroy(p) == 0, "destroy");
+}
+
+static void shut_server(int fd)
+{
+	struct timespec half = { 0, 500 * 1000 * 1000 };
+
+	answer_go(fd);
+	CHECK(shutdown(fd, SHUT_WR) == 0, "shutdown");
+	nanosleep(&half, NULL);
+	while (read_some(fd, UINT64_MAX - rpos))
+		;
+	CHECK(rpos == 2 + 8ull * BUF_SIZE, "read %llu bytes", (unsigned long long)rpos);
+	printf("ok via=%s pool_peeks=%llu bytes=%llu\n", via_name(smclo_via(fd)),
+	       (unsigned long long)pool_peeks, (unsigned long long)rpos);
+}
+
 static const struct scenario scenarios[] = {
 	{ "bulk", bulk_client, drain_server },
 	{ "hold", hold_client, hold_server },
 	{ "killed", killed_client, killed_server },
 	{ "fork", fork_client, drain_server },
 	{ "errors", errors_client, drain_server },
+	{ "shut", shut_client, shut_server },
 };
 
 static void client_start(void)

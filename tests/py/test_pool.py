@@ -24,7 +24,7 @@ from pathlib import Path
 from conftest import PY, SMCLO, TESTBIN, VETH_NET, Registry, free_port
 
 PEER = str(TESTBIN / "pool_peer")
-SCENARIOS = ["bulk", "hold", "fork", "errors"]
+SCENARIOS = ["bulk", "hold", "fork", "errors", "shut"]
 
 
 def start_server(procs, env, host, port, scenario, wrap=()):
