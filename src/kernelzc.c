@@ -280,14 +280,33 @@ static void msg_collect(struct kernel_zc *z, kernel_zc_done_fn done, void *ctx)
 
 /* ---- either ------------------------------------------------------------------ */
 
+/* Did the kernel refuse to pin more pages (RLIMIT_MEMLOCK, optmem)? */
+static int pinning_refused(int err)
+{
+	return err == ENOBUFS || err == ENOMEM;
+}
+
 ssize_t kernel_zc_send(struct kernel_zc *z, unsigned i, const void *buf, size_t len,
                        int dontwait, kernel_zc_done_fn done, void *ctx)
 {
 	struct kernel_zc_buf *b = &z->bufs[i];
+	ssize_t n, rest;
 
 	*b = (struct kernel_zc_buf){ .gen = ++z->gen };
-	return z->way == KZC_URING ? uring_send(z, i, buf, len, dontwait, done, ctx)
-	                           : msg_send(z, i, buf, len, dontwait);
+	n = z->way == KZC_URING ? uring_send(z, i, buf, len, dontwait, done, ctx)
+	                        : msg_send(z, i, buf, len, dontwait);
+	if (n < 0 && pinning_refused((int)-n))
+		return -ENOBUFS;        /* nothing sent: the caller copies */
+	/* the kernel stopped pinning part-way (errno from the call that
+	 * failed): the rest is copied, as a send() would send it */
+	if (n > 0 && (size_t)n < len && !dontwait && pinning_refused(errno)) {
+		rest = api_send_all(z->fd, (const char *)buf + n, len - (size_t)n, 0, NULL);
+		if (rest > 0) {
+			n += rest;
+			b->copied = 1;
+		}
+	}
+	return n;
 }
 
 void kernel_zc_collect(struct kernel_zc *z, kernel_zc_done_fn done, void *ctx)

@@ -63,7 +63,9 @@ int kernel_zc_worth(const struct kernel_zc *z, size_t len);
 /*
  * Send buffer @i's @len bytes at @buf as a send() would (all of them,
  * waiting, unless @dontwait).  Returns the count, or -errno; -ENOBUFS with
- * nothing sent means the kernel refused (its pinning budget): copy instead.
+ * nothing sent means the kernel refused to pin the pages (RLIMIT_MEMLOCK of
+ * a user without CAP_IPC_LOCK, optmem): copy instead.  Refused part-way,
+ * the rest is copied (and the notification says SMCLO_CQE_F_COPIED).
  * Notifications seen meanwhile go to @done - for other buffers, and
  * possibly for @i itself before this returns (kernel_zc_left says).
  */
