@@ -450,12 +450,13 @@ ssize_t api_send_all(int fd, const void *buf, size_t n, int flags, unsigned *cal
 ssize_t api_send_all_by(int fd, const void *buf, size_t n, api_send_once_fn once, void *ctx,
                         unsigned *calls)
 {
-	int nonblock = nonblocking(fd), timeo = -1;
+	int nonblock = nonblocking(fd), looked = 0;
+	long long deadline = -1;        /* SO_SNDTIMEO bounds the whole send, as send()'s */
 	size_t done = 0;
 
 	while (done < n) {
 		ssize_t w = once(ctx, fd, (const char *)buf + done, n - done);
-		int r;
+		int r, left = -1;
 
 		if (w > 0) {
 			done += (size_t)w;
@@ -467,9 +468,15 @@ ssize_t api_send_all_by(int fd, const void *buf, size_t n, api_send_once_fn once
 			continue;
 		if ((errno != EAGAIN && errno != EWOULDBLOCK) || nonblock)
 			return done ? (ssize_t)done : -errno;
-		if (timeo == -1)
-			timeo = sock_timeout_ms(fd, SO_SNDTIMEO);
-		r = wait_for(fd, POLLOUT, timeo);
+		if (!looked) {
+			int t = sock_timeout_ms(fd, SO_SNDTIMEO);
+
+			looked = 1;
+			deadline = t < 0 ? -1 : mono_now_ms() + t;
+		}
+		if (deadline >= 0 && (left = (int)(deadline - mono_now_ms())) <= 0)
+			return done ? (ssize_t)done : -EAGAIN;
+		r = wait_for(fd, POLLOUT, left);
 		if (r == 0 || (r == -EINTR && !bell_signals_restart()))
 			return done ? (ssize_t)done : (r ? r : -EAGAIN);
 	}

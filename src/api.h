@@ -33,7 +33,9 @@ ssize_t api_send_all(int fd, const void *buf, size_t n, int flags, unsigned *cal
 /*
  * The same with @once(@ctx, ...) as the send() call: it returns the count
  * it sent, or -1 with errno (EAGAIN when the socket has no room: it is
- * polled for room before the next call).
+ * polled for room before the next call - what makes the socket report an
+ * error without room, such as MSG_ZEROCOPY's notifications, @once takes
+ * away before it says EAGAIN, or the poll would not wait).
  */
 typedef ssize_t (*api_send_once_fn)(void *ctx, int fd, const void *buf, size_t n);
 ssize_t api_send_all_by(int fd, const void *buf, size_t n, api_send_once_fn once, void *ctx,

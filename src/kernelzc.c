@@ -194,32 +194,58 @@ static void uring_collect(struct kernel_zc *z, kernel_zc_done_fn done, void *ctx
 
 /* ---- MSG_ZEROCOPY ----------------------------------------------------------- */
 
-static ssize_t msg_send(struct kernel_zc *z, unsigned i, const void *buf, size_t len,
-                        int dontwait)
-{
-	struct epoll_event ev = { .events = 0 };
-	struct kernel_zc_buf *b = &z->bufs[i];
-	unsigned calls = 0;
-	ssize_t n;
+static void msg_collect(struct kernel_zc *z, kernel_zc_done_fn done, void *ctx);
 
-	if (dontwait) {
-		n = sys_send(z->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT | MSG_ZEROCOPY);
-		n = n < 0 ? -errno : n;
-		calls = n > 0;
-	} else {
-		n = api_send_all(z->fd, buf, len, MSG_ZEROCOPY, &calls);
-	}
-	if (calls) {
-		b->first = z->next_id;
-		b->count = b->left = calls;
+/* What one MSG_ZEROCOPY send() call needs besides the bytes. */
+struct msg_send {
+	struct kernel_zc *z;
+	unsigned i;
+	kernel_zc_done_fn done;
+	void *ctx;
+};
+
+/*
+ * api_send_once_fn: one send(MSG_ZEROCOPY).  A call that takes bytes is
+ * the socket's next notification id, counted at once: notifications taken
+ * while the send goes on may already cover it.  Without room, the error
+ * queue's notifications are taken first - they make the socket report an
+ * error, and the wait for room would return at once, for ever.
+ */
+static ssize_t msg_send_once(void *arg, int fd, const void *buf, size_t n)
+{
+	struct msg_send *s = arg;
+	struct kernel_zc *z = s->z;
+	struct kernel_zc_buf *b = &z->bufs[s->i];
+	struct epoll_event ev = { .events = 0 };
+	ssize_t w = sys_send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT | MSG_ZEROCOPY);
+
+	if (w > 0) {
+		b->count++;
+		b->left++;
 		b->sent = 1;
-		z->next_id += calls;
+		z->next_id++;
 		/* the notifications make the socket report an error: no events
 		 * asked, the pool's descriptor wakes for it */
 		if (!z->watched && sys_epoll_ctl(z->epfd, EPOLL_CTL_ADD, z->fd, &ev) == 0)
 			z->watched = 1;
+	} else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		msg_collect(z, s->done, s->ctx);
+		errno = EAGAIN;
 	}
-	return n;
+	return w;
+}
+
+static ssize_t msg_send(struct kernel_zc *z, unsigned i, const void *buf, size_t len,
+                        int dontwait, kernel_zc_done_fn done, void *ctx)
+{
+	struct msg_send s = { z, i, done, ctx };
+	ssize_t n;
+
+	z->bufs[i].first = z->next_id;
+	if (!dontwait)
+		return api_send_all_by(z->fd, buf, len, msg_send_once, &s, NULL);
+	n = msg_send_once(&s, z->fd, buf, len);
+	return n < 0 ? -errno : n;
 }
 
 /* The kernel says ids @lo..@hi are done. */
@@ -294,7 +320,7 @@ ssize_t kernel_zc_send(struct kernel_zc *z, unsigned i, const void *buf, size_t 
 
 	*b = (struct kernel_zc_buf){ .gen = ++z->gen };
 	n = z->way == KZC_URING ? uring_send(z, i, buf, len, dontwait, done, ctx)
-	                        : msg_send(z, i, buf, len, dontwait);
+	                        : msg_send(z, i, buf, len, dontwait, done, ctx);
 	if (n < 0 && pinning_refused((int)-n))
 		return -ENOBUFS;        /* nothing sent: the caller copies */
 	/* the kernel stopped pinning part-way (errno from the call that

@@ -23,6 +23,10 @@
  *   fork    a fork child cannot use its parent's pool (EPERM) and frees its
  *           copy; the parent goes on, every byte arrives
  *   errors  EINVAL, ENOBUFS, EBUSY, ENOTSOCK, EBADF, EDEADLK as smclo.h lists them
+ *   sndtimeo  the server stops reading for 2 s; the client's SO_SNDTIMEO is
+ *           100 ms: no blocking send may wait much longer than that (on
+ *           TCP each ends in EAGAIN or a short count, the rest is sent
+ *           again or written), and every byte arrives
  *   shut    both ends shut down writing while 8 buffers sent by reference
  *           are unread (the server waits half a second before it reads):
  *           no buffer may come back RECLAIMED - the peer lives - and each
@@ -503,6 +507,78 @@ static void errors_client(int fd)
 }
 
 
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sndtimeo_client(int fd)
+{
+	struct smclo_pool *p = smclo_pool_create(fd, BUF_SIZE, 8, 0);
+	struct timeval tv = { 0, 100 * 1000 };
+	double longest = 0;
+	int eagain = 0, partial = 0, via = smclo_via(fd);
+	char extra[96];
+
+	CHECK(p, "smclo_pool_create");
+	CHECK(setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) == 0, "SO_SNDTIMEO");
+	handshake_pool(fd);
+	for (int i = 0; i < 24; i++) {
+		uint8_t *b = get_buffer(p);
+		ssize_t r;
+
+		fill(b, BUF_SIZE, wpos);
+		for (;;) {
+			double t0 = now_s(), took;
+
+			r = smclo_pool_send(p, b, BUF_SIZE, t.sent, 0);
+			took = now_s() - t0;
+			longest = took > longest ? took : longest;
+			if (r > 0)
+				break;
+			CHECK(errno == EAGAIN, "smclo_pool_send: not EAGAIN");
+			eagain++;
+			reap_all(p);
+		}
+		t.len[t.sent++] = (size_t)r;
+		if (r < (ssize_t)BUF_SIZE) {
+			/* the rest the plain way: the stream stays in order */
+			struct timeval none = { 0, 0 };
+
+			partial++;
+			setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none));
+			write_all(fd, b + r, BUF_SIZE - (size_t)r);
+			setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		}
+		wpos += BUF_SIZE;
+		reap_all(p);
+	}
+	wait_all_notified(p);
+	expect_total(fd);
+	/* 100 ms: a send waited at most that, and some rounding */
+	CHECK(longest < 1.0, "a send waited %.3f s with SO_SNDTIMEO 100 ms", longest);
+	/* on TCP the pause fills the socket (by reference, 8 buffers out are
+	 * all a ring ever holds of them: the gets wait instead) */
+	CHECK(via == SMCLO_VIA_RING || eagain + partial > 0,
+	      "the reader's pause never filled the stream");
+	snprintf(extra, sizeof(extra), "eagain=%d partial=%d longest_ms=%d", eagain, partial,
+	         (int)(longest * 1000));
+	report(fd, extra);
+	CHECK(smclo_pool_destroy(p) == 0, "destroy");
+}
+
+static void paused_server(int fd)
+{
+	struct timespec two = { 2, 0 };
+
+	answer_go(fd);
+	nanosleep(&two, NULL);
+	drain_rest(fd);
+}
+
 static void shut_client(int fd)
 {
 	struct smclo_pool *p = smclo_pool_create(fd, BUF_SIZE, 8, 0);
@@ -545,6 +621,7 @@ static const struct scenario scenarios[] = {
 	{ "fork", fork_client, drain_server },
 	{ "errors", errors_client, drain_server },
 	{ "shut", shut_client, shut_server },
+	{ "sndtimeo", sndtimeo_client, paused_server },
 };
 
 static void client_start(void)

@@ -24,7 +24,7 @@ from pathlib import Path
 from conftest import PY, SMCLO, TESTBIN, VETH_NET, Registry, free_port
 
 PEER = str(TESTBIN / "pool_peer")
-SCENARIOS = ["bulk", "hold", "fork", "errors", "shut"]
+SCENARIOS = ["bulk", "hold", "fork", "errors", "shut", "sndtimeo"]
 
 
 def start_server(procs, env, host, port, scenario, wrap=()):
@@ -106,6 +106,21 @@ def test_plain_peer(reg, procs, scenario):
     assert_copied(cli, srv)
     st = reg.wait_stats(lambda s: s["fallback"] >= 1)
     assert st["fallback_by_reason"].get("peer-no-smclo") == 1, st["fallback_by_reason"]
+
+
+@pytest.mark.parametrize("way", ["io_uring", "msg_zerocopy"])
+def test_other_host_send_timeout(two_namespaces, procs, tmp_path, way):
+    """SO_SNDTIMEO bounds a pool send with the kernel's zero copy as it bounds
+    send(): the reader stops for 2 s, no send waits much beyond 100 ms (the
+    MSG_ZEROCOPY socket's notifications made its wait for room return at
+    once, for ever, while the reader did not read)."""
+    a, b = two_namespaces
+    ra, rb = Registry(tmp_path / "a"), Registry(tmp_path / "b")
+    cli_env = dict(rb.env, SMCLO_IO_URING="1" if way == "io_uring" else "0")
+    cli, _ = run_pair(procs, "sndtimeo", ra.env, cli_env,
+                      srv_wrap=["ip", "netns", "exec", a], cli_wrap=["ip", "netns", "exec", b],
+                      host=VETH_NET + "1", listen="0.0.0.0")
+    assert cli["kernel"] > 0 and cli["eagain"] + cli["partial"] > 0, cli
 
 
 @pytest.mark.parametrize("way", ["io_uring", "msg_zerocopy"])
