@@ -270,7 +270,7 @@ EXPORT struct smclo_pool *smclo_pool_create(int fd, size_t buf_size, unsigned nb
 	struct smclo_pool *p;
 	struct stat st;
 	size_t len;
-	int err;
+	int err, made = 0;
 
 	if (flags || nbufs == 0 || nbufs > SMCLO_POOL_BUFS_MAX || buf_size == 0 ||
 	    buf_size > SMCLO_POOL_MAX) {
@@ -302,6 +302,8 @@ EXPORT struct smclo_pool *smclo_pool_create(int fd, size_t buf_size, unsigned nb
 	}
 	if (!err && p->c && atomic_exchange(&p->c->sh->pool_made, 1))
 		err = EBUSY;    /* the peer maps one pool per connection */
+	else if (!err && p->c)
+		made = 1;
 	if (!err)
 		err = -pool_memory(p, len);
 	if (!err)
@@ -309,6 +311,8 @@ EXPORT struct smclo_pool *smclo_pool_create(int fd, size_t buf_size, unsigned nb
 	if (!err && !p->c)
 		kernel_zc_init(&p->kzc, fd, p->epfd, p->base, len, nbufs, cfg.io_uring);
 	if (err) {
+		if (made)       /* never handed over: the connection may have one yet */
+			atomic_store(&p->c->sh->pool_made, 0);
 		pool_free(p);
 		api_fail(err);
 		return NULL;

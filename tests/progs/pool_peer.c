@@ -51,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -462,6 +463,19 @@ static void errors_client(int fd)
 	CHECK(pipe(pipefd) == 0, "pipe");
 	CHECK(!smclo_pool_create(pipefd[0], 4096, 4, 0) && errno == ENOTSOCK, "a pipe");
 	CHECK(smclo_pool_get(NULL) == NULL && errno == EINVAL, "NULL pool");
+	{
+		/* no descriptor to spare: the creation fails, and a later one
+		 * (with room again) is not refused as a second pool */
+		struct rlimit was, none;
+		int spare = dup(0);
+
+		CHECK(getrlimit(RLIMIT_NOFILE, &was) == 0 && spare >= 0, "getrlimit");
+		none = (struct rlimit){ (rlim_t)spare, was.rlim_max };
+		close(spare);
+		CHECK(setrlimit(RLIMIT_NOFILE, &none) == 0, "setrlimit");
+		CHECK(!smclo_pool_create(fd, 4096, 2, 0) && errno == EMFILE, "out of descriptors");
+		CHECK(setrlimit(RLIMIT_NOFILE, &was) == 0, "setrlimit back");
+	}
 	if (smclo_via(fd) == SMCLO_VIA_RING) {
 		struct smclo_span sp;
 		uint8_t *x;
