@@ -149,12 +149,17 @@ static struct conn *conn_by_ino(int fd, unsigned long ino)
 
 /* ---- will the new program load smclo? ------------------------------------ */
 
+/* Does @envp say SMCLO_DISABLE=1 (the new program's smclo would do nothing)? */
+static int env_disables(char *const envp[])
+{
+	for (int i = 0; envp && envp[i]; i++)
+		if (!strncmp(envp[i], "SMCLO_DISABLE=1", 15))
+			return 1;
+	return 0;
+}
+
 static int env_has_our_preload(char *const envp[])
 {
-	for (int i = 0; envp && envp[i]; i++) {
-		if (!strncmp(envp[i], "SMCLO_DISABLE=1", 15))
-			return 0;
-	}
 	for (int i = 0; envp && envp[i]; i++)
 		if (!strncmp(envp[i], "LD_PRELOAD=", 11) && strstr(envp[i], "libsmclo"))
 			return 1;
@@ -167,37 +172,41 @@ static int env_has_our_preload(char *const envp[])
  * Go's runtime reads and writes descriptors with raw system calls, so a
  * connection taken over there would be read as the doorbell socket it is
  * underneath - wrong bytes.  Such a program gets a reset, as one without
- * smclo does.
+ * smclo does.  It loads smclo through LD_PRELOAD (@preload) or because it
+ * was linked with -lsmclo (DT_NEEDED).
  */
-static int elf_loads_smclo(int fd)
+static int elf_loads_smclo(int fd, int preload)
 {
 	struct elf_facts f;
 
 	return elf_facts_fd(fd, &f) == 0 && f.interp && f.is64 && !f.go &&
-	       (!ELF_MACHINE_NATIVE || f.machine == ELF_MACHINE_NATIVE);
+	       (!ELF_MACHINE_NATIVE || f.machine == ELF_MACHINE_NATIVE) &&
+	       (preload || f.needs_smclo);
 }
 
 int handover_target_loads_smclo(const char *path, char *const envp[])
 {
 	char head[2];
 	struct stat st;
-	int fd, ok = 0;
+	int fd, ok = 0, preload;
 
 	/* what the kernel will refuse to run: the exec fails, nothing changes */
 	if (!path || stat(path, &st) < 0 || !S_ISREG(st.st_mode) ||
 	    faccessat(AT_FDCWD, path, X_OK, AT_EACCESS) < 0)
 		return -1;
-	if (!env_has_our_preload(envp))
+	if (env_disables(envp))
 		return 0;
+	preload = env_has_our_preload(envp);
 	/* O_NONBLOCK: a path swapped for a FIFO since the stat must not block us */
 	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return 0;
-	/* the loader ignores LD_PRELOAD for set-ID and file-capability programs */
+	/* the loader ignores LD_PRELOAD for set-ID and file-capability programs
+	 * (and finds libraries differently there: not trusted for -lsmclo) */
 	if (fstat(fd, &st) == 0 && !(st.st_mode & (S_ISUID | S_ISGID)) &&
 	    fgetxattr(fd, "security.capability", NULL, 0) < 0 &&
 	    pread(fd, head, 2, 0) == 2)
-		ok = (head[0] == '#' && head[1] == '!') ? 1 : elf_loads_smclo(fd);
+		ok = (head[0] == '#' && head[1] == '!') ? preload : elf_loads_smclo(fd, preload);
 	sys_close(fd);
 	return ok;
 }

@@ -45,34 +45,11 @@ static int go_note(const unsigned char *p, uint64_t len)
 	return 0;
 }
 
-/* Does the dynamic segment name a DT_SONAME? */
-static int has_soname(const unsigned char *p, uint64_t len, int is64)
-{
-	size_t esz = is64 ? sizeof(Elf64_Dyn) : sizeof(Elf32_Dyn);
 
-	for (uint64_t i = 0; i + esz <= len; i += esz) {
-		int64_t tag;
-
-		if (is64) {
-			Elf64_Dyn d;
-			memcpy(&d, p + i, sizeof(d));
-			tag = d.d_tag;
-		} else {
-			Elf32_Dyn d;
-			memcpy(&d, p + i, sizeof(d));
-			tag = d.d_tag;
-		}
-		if (tag == DT_NULL)
-			break;
-		if (tag == DT_SONAME)
-			return 1;
-	}
-	return 0;
-}
-
-/* One program header, either class: type, file offset, size in the file. */
+/* One program header, either class: type, file offset, size in the file,
+ * address in memory. */
 static int phdr(const unsigned char *img, size_t size, int is64, uint64_t off,
-                uint32_t *type, uint64_t *foff, uint64_t *fsz)
+                uint32_t *type, uint64_t *foff, uint64_t *fsz, uint64_t *vaddr)
 {
 	const unsigned char *p = at(img, size, off, is64 ? sizeof(Elf64_Phdr) : sizeof(Elf32_Phdr));
 
@@ -81,13 +58,51 @@ static int phdr(const unsigned char *img, size_t size, int is64, uint64_t off,
 	if (is64) {
 		Elf64_Phdr h;
 		memcpy(&h, p, sizeof(h));
-		*type = h.p_type, *foff = h.p_offset, *fsz = h.p_filesz;
+		*type = h.p_type, *foff = h.p_offset, *fsz = h.p_filesz, *vaddr = h.p_vaddr;
 	} else {
 		Elf32_Phdr h;
 		memcpy(&h, p, sizeof(h));
-		*type = h.p_type, *foff = h.p_offset, *fsz = h.p_filesz;
+		*type = h.p_type, *foff = h.p_offset, *fsz = h.p_filesz, *vaddr = h.p_vaddr;
 	}
 	return 0;
+}
+
+/* One dynamic entry, either class: 0 at the end of @len bytes. */
+static int dyn_at(const unsigned char *p, uint64_t len, int is64, uint64_t i,
+                  int64_t *tag, uint64_t *val)
+{
+	size_t esz = is64 ? sizeof(Elf64_Dyn) : sizeof(Elf32_Dyn);
+
+	if ((i + 1) * esz > len)
+		return 0;
+	if (is64) {
+		Elf64_Dyn d;
+		memcpy(&d, p + i * esz, sizeof(d));
+		*tag = d.d_tag, *val = d.d_un.d_val;
+	} else {
+		Elf32_Dyn d;
+		memcpy(&d, p + i * esz, sizeof(d));
+		*tag = d.d_tag, *val = d.d_un.d_val;
+	}
+	return *tag != DT_NULL;
+}
+
+/* The file offset of memory address @vaddr, by the PT_LOAD segments. */
+static int file_offset(const unsigned char *img, size_t size, int is64, uint64_t phoff,
+                       unsigned phnum, unsigned phentsize, uint64_t vaddr, uint64_t *off)
+{
+	for (unsigned i = 0; i < phnum; i++) {
+		uint64_t foff, fsz, va;
+		uint32_t type;
+
+		if (phdr(img, size, is64, phoff + (uint64_t)i * phentsize, &type, &foff, &fsz, &va) < 0)
+			return -1;
+		if (type == PT_LOAD && vaddr >= va && vaddr - va < fsz) {
+			*off = foff + (vaddr - va);
+			return 0;
+		}
+	}
+	return -1;
 }
 
 /* One section header, either class: name offset, file offset, size. */
@@ -136,23 +151,50 @@ static int elf_header(const unsigned char *img, size_t size, int is64, struct el
 	return 0;
 }
 
+/* The dynamic segment @p of @len bytes: a DT_SONAME, a DT_NEEDED of ours? */
+static void scan_dynamic(const unsigned char *img, size_t size, int is64,
+                         const struct elf_hdr *h, const unsigned char *p, uint64_t len,
+                         struct elf_facts *f)
+{
+	uint64_t strtab = 0, strsz = 0, val, off;
+	const unsigned char *names;
+	int64_t tag;
+
+	for (uint64_t i = 0; dyn_at(p, len, is64, i, &tag, &val); i++) {
+		if (tag == DT_SONAME)
+			f->soname = 1;
+		else if (tag == DT_STRTAB)
+			strtab = val;
+		else if (tag == DT_STRSZ)
+			strsz = val;
+	}
+	if (!strtab || file_offset(img, size, is64, h->phoff, h->phnum, h->phentsize, strtab,
+	                           &off) < 0 || !(names = at(img, size, off, strsz)))
+		return;
+	for (uint64_t i = 0; dyn_at(p, len, is64, i, &tag, &val); i++)
+		if (tag == DT_NEEDED && val < strsz && memchr(names + val, '\0', strsz - val) &&
+		    !strncmp((const char *)names + val, "libsmclo.so", 11))
+			f->needs_smclo = 1;
+}
+
 static void scan_segments(const unsigned char *img, size_t size, int is64,
                           const struct elf_hdr *h, struct elf_facts *f)
 {
 	for (unsigned i = 0; i < h->phnum; i++) {
-		uint64_t foff, fsz;
+		uint64_t foff, fsz, vaddr;
 		const unsigned char *p;
 		uint32_t type;
 
-		if (phdr(img, size, is64, h->phoff + (uint64_t)i * h->phentsize, &type, &foff, &fsz) < 0)
+		if (phdr(img, size, is64, h->phoff + (uint64_t)i * h->phentsize, &type, &foff, &fsz,
+		         &vaddr) < 0)
 			return;
 		p = at(img, size, foff, fsz);
 		if (type == PT_INTERP)
 			f->interp = 1;
 		else if (type == PT_NOTE && p && go_note(p, fsz))
 			f->go = 1;
-		else if (type == PT_DYNAMIC && p && has_soname(p, fsz, is64))
-			f->soname = 1;
+		else if (type == PT_DYNAMIC && p)
+			scan_dynamic(img, size, is64, h, p, fsz, f);
 	}
 }
 

@@ -10,6 +10,7 @@
 struct elf_facts {
 	int interp;             /* PT_INTERP: the dynamic loader runs */
 	int soname;             /* DT_SONAME: a shared object run as a program (ld.so) */
+	int needs_smclo;        /* DT_NEEDED names libsmclo.so (linked with -lsmclo) */
 	int go;                 /* Go's build id note or build info section */
 	int is64;               /* ELFCLASS64 (a 32-bit program cannot load our library) */
 	unsigned machine;       /* e_machine: another architecture's runs under an emulator */
@@ -30,7 +31,9 @@ struct elf_facts {
  */
 int elf_facts(const unsigned char *img, size_t size, struct elf_facts *f);
 
-/* The same for the first 64 KiB of the file open on @fd (read, not mapped). */
+/* The same for the first 64 KiB of the file open on @fd (read, not mapped):
+ * needs_smclo only where the dynamic string table lies within them, as in
+ * every program the linker laid out in the usual order. */
 int elf_facts_fd(int fd, struct elf_facts *f);
 
 #endif

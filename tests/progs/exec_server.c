@@ -7,8 +7,8 @@
  *   HOW: execl execle execlp execv execvp execve fexecve execveat
  *        posix_spawn posix_spawnp posix_spawn_closefrom (closing every
  *        descriptor above 2 in the file actions) system popen vfork
- *        execle-bare (an environment without LD_PRELOAD: the program
- *        cannot load smclo)
+ *        execle-bare (an environment without LD_PRELOAD, with SMCLO_DIR:
+ *        only a program linked with -lsmclo loads smclo)
  *
  * glibc reaches the kernel from most of these through an internal execve
  * that a preload library cannot see, so each is its own case in
@@ -48,7 +48,11 @@ static void run_cat(const char *how)
 	else if (!strcmp(how, "execle"))
 		execle(prog, "cat", (char *)NULL, environ);
 	else if (!strcmp(how, "execle-bare")) {
-		char *bare[] = { "PATH=/bin:/usr/bin", NULL };  /* no LD_PRELOAD: no smclo */
+		/* no LD_PRELOAD: only a program linked with -lsmclo loads it */
+		char dir[4200];
+		char *bare[] = { "PATH=/bin:/usr/bin", dir, NULL };
+
+		snprintf(dir, sizeof(dir), "SMCLO_DIR=%s", getenv("SMCLO_DIR") ? getenv("SMCLO_DIR") : "");
 		execle(prog, "cat", (char *)NULL, bare);
 	}
 	else if (!strcmp(how, "execlp"))

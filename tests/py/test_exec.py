@@ -84,13 +84,17 @@ STDIO_CLIENT = r"""
 import socket, sys
 c = socket.create_connection(("127.0.0.1", int(sys.argv[1]))); c.settimeout(10)
 lines = b"".join(b"line %d of the request\n" % i for i in range(2000))
-c.sendall(lines); c.shutdown(socket.SHUT_WR)
 got = b""
-while True:
-    d = c.recv(65536)
-    if not d:
-        break
-    got += d
+try:
+    c.sendall(lines); c.shutdown(socket.SHUT_WR)
+    while True:
+        d = c.recv(65536)
+        if not d:
+            break
+        got += d
+except (ConnectionResetError, BrokenPipeError):
+    print("reset")
+    sys.exit(0)
 print("match" if got == lines.upper() else "got %d of %d" % (len(got), len(lines)))
 """
 
@@ -109,6 +113,25 @@ def test_stdio_service(reg, procs, how):
         assert r.stdout.split() == ["match"], r.stdout + r.stderr
     st = reg.stats()
     assert st["accelerated_client"] == 5 and sum(st["fallback_by_reason"].values()) == 0, st
+
+
+@pytest.mark.parametrize("handler,outcome", [("stdio_upper_linked", "match"),
+                                             ("stdio_upper", "reset")])
+def test_linked_handler_needs_no_preload(reg, procs, handler, outcome):
+    """The handler starts without LD_PRELOAD: one linked with -lsmclo
+    (DT_NEEDED) loads smclo anyway and takes the connection over - it got a
+    reset before, as if it had no smclo - and one that is not gets a reset."""
+    port = free_port()
+    srv = procs.start([SERVER, str(port), "execle-bare", str(TESTBIN / handler)], reg.env)
+    wait_port(port, proc=srv)
+    for _ in range(3):
+        r = reg.run([PY, "-c", STDIO_CLIENT, str(port)], timeout=60)
+        assert r.stdout.split() == [outcome], r.stdout + r.stderr
+    st = reg.stats()
+    if outcome == "match":
+        assert st["accelerated_client"] == 3 and sum(st["fallback_by_reason"].values()) == 0, st
+    else:
+        assert st["fallback_by_reason"]["exec-no-smclo"] == 3, st
 
 
 GO_ECHO = """package main
