@@ -13,7 +13,7 @@ processes) beside it:
           kept" one claim carries many messages, each committed with
           SMCLO_KEEP as it is written)
   pool    smclo's buffer pools (stream rows): the sender fills buffers of a
-          pool of 4 messages (16 up to 1 MiB) and sends references, the
+          pool of 4 messages (16 up to 64 KiB) and sends references, the
           receiver peeks them in place; each buffer comes back when the
           receiver consumed it (smclo_reap)
   iceoryx2  iceoryx2's publish-subscribe (bench/iceoryx2, the Rust crate
