@@ -108,18 +108,26 @@ def test_plain_peer(reg, procs, scenario):
     assert st["fallback_by_reason"].get("peer-no-smclo") == 1, st["fallback_by_reason"]
 
 
+def across_veth(two_namespaces, procs, tmp_path, scenario, way):
+    """@scenario with the server in one namespace and the client in the other
+    (two hosts, each its own registry), the client's large sends by @way:
+    (client's figures, server's, (server's registry, client's))."""
+    a, b = two_namespaces
+    ra, rb = Registry(tmp_path / "a"), Registry(tmp_path / "b")
+    cli_env = dict(rb.env, SMCLO_IO_URING="1" if way == "io_uring" else "0")
+    cli, srv = run_pair(procs, scenario, ra.env, cli_env,
+                        srv_wrap=["ip", "netns", "exec", a], cli_wrap=["ip", "netns", "exec", b],
+                        host=VETH_NET + "1", listen="0.0.0.0")
+    return cli, srv, (ra, rb)
+
+
 @pytest.mark.parametrize("way", ["io_uring", "msg_zerocopy"])
 def test_other_host_send_timeout(two_namespaces, procs, tmp_path, way):
     """SO_SNDTIMEO bounds a pool send with the kernel's zero copy as it bounds
     send(): the reader stops for 2 s, no send waits much beyond 100 ms (the
     MSG_ZEROCOPY socket's notifications made its wait for room return at
     once, for ever, while the reader did not read)."""
-    a, b = two_namespaces
-    ra, rb = Registry(tmp_path / "a"), Registry(tmp_path / "b")
-    cli_env = dict(rb.env, SMCLO_IO_URING="1" if way == "io_uring" else "0")
-    cli, _ = run_pair(procs, "sndtimeo", ra.env, cli_env,
-                      srv_wrap=["ip", "netns", "exec", a], cli_wrap=["ip", "netns", "exec", b],
-                      host=VETH_NET + "1", listen="0.0.0.0")
+    cli, _, _ = across_veth(two_namespaces, procs, tmp_path, "sndtimeo", way)
     assert cli["kernel"] > 0 and cli["eagain"] + cli["partial"] > 0, cli
 
 
@@ -128,12 +136,7 @@ def test_other_host(two_namespaces, procs, tmp_path, way):
     """Two network namespaces over a veth, each with its own registry: large
     sends go with io_uring's SEND_ZC by default, with MSG_ZEROCOPY when
     SMCLO_IO_URING=0."""
-    a, b = two_namespaces
-    ra, rb = Registry(tmp_path / "a"), Registry(tmp_path / "b")
-    cli_env = dict(rb.env, SMCLO_IO_URING="1" if way == "io_uring" else "0")
-    cli, srv = run_pair(procs, "bulk", ra.env, cli_env,
-                        srv_wrap=["ip", "netns", "exec", a], cli_wrap=["ip", "netns", "exec", b],
-                        host=VETH_NET + "1", listen="0.0.0.0")
+    cli, srv, (ra, rb) = across_veth(two_namespaces, procs, tmp_path, "bulk", way)
     # sends of 10 KiB or more went with the kernel's zero copy, and the
     # kernel's own notifications freed their buffers (pool_peer waited for
     # every one); across a veth into another namespace the kernel copies
