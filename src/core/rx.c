@@ -126,11 +126,11 @@ static void rx_at_store(struct conn_shared *sh, const struct rx_at *at)
 {
 	uint32_t seq = atomic_load_explicit(&sh->at_seq, memory_order_relaxed);
 
+	/* each field a release: whoever sees it moved sees the count odd */
 	atomic_store_explicit(&sh->at_seq, seq + 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
-	__atomic_store_n(&sh->cons, at->cons, __ATOMIC_RELAXED);
-	__atomic_store_n(&sh->ref_cons, at->ref, __ATOMIC_RELAXED);
-	__atomic_store_n(&sh->ref_skip, at->skip, __ATOMIC_RELAXED);
+	__atomic_store_n(&sh->cons, at->cons, __ATOMIC_RELEASE);
+	__atomic_store_n(&sh->ref_cons, at->ref, __ATOMIC_RELEASE);
+	__atomic_store_n(&sh->ref_skip, at->skip, __ATOMIC_RELEASE);
 	atomic_store_explicit(&sh->at_seq, seq + 2, memory_order_release);
 }
 
@@ -142,10 +142,10 @@ static int rx_at_snapshot(const struct conn_shared *sh, struct rx_at *at)
 
 		if (seq & 1)
 			continue;
-		at->cons = __atomic_load_n(&sh->cons, __ATOMIC_RELAXED);
-		at->ref = __atomic_load_n(&sh->ref_cons, __ATOMIC_RELAXED);
-		at->skip = __atomic_load_n(&sh->ref_skip, __ATOMIC_RELAXED);
-		atomic_thread_fence(memory_order_acquire);
+		/* acquires: the second look at the count comes after them */
+		at->cons = __atomic_load_n(&sh->cons, __ATOMIC_ACQUIRE);
+		at->ref = __atomic_load_n(&sh->ref_cons, __ATOMIC_ACQUIRE);
+		at->skip = __atomic_load_n(&sh->ref_skip, __ATOMIC_ACQUIRE);
 		if (atomic_load_explicit(&sh->at_seq, memory_order_relaxed) == seq)
 			return 0;
 	}
