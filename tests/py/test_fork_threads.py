@@ -6,6 +6,7 @@ import os
 from conftest import PY, free_port, wait_port
 
 PEER = os.path.join(os.path.dirname(__file__), "peer.py")
+LATE = {"timeout", "peer-withdrew"}     # as test_matrix.py's
 
 FORKER = r"""
 import os, socket, sys, threading, time
@@ -59,5 +60,8 @@ def test_fork_while_threads_connect(reg, procs, tmp_path):
     assert r.returncode == 0 and r.stdout.split() == ["hung", "0", "bad", "0"], \
         r.stdout + r.stderr
     st = reg.stats()
-    assert st["accelerated_client"] >= 200 and st["fallback"] == 0, \
-        {k: v for k, v in st["fallback_by_reason"].items() if v}
+    reasons = {k: v for k, v in st["fallback_by_reason"].items() if v}
+    # a handshake a busy machine (CI's sanitizer runs beside it) did not
+    # finish in time goes on over TCP, losslessly; nothing else may
+    assert st["accelerated_client"] >= 200 and set(reasons) <= LATE, reasons
+    assert sum(reasons.values()) <= st["accelerated"] // 100, reasons
