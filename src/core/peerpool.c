@@ -132,7 +132,9 @@ void peerpool_released(struct conn *c)
 	 * taken after our cursor was published: seq_cst against its
 	 * ask-then-look); a full queue: it has wake-ups to read anyway */
 	if (c->pool_wake_fd >= 0 &&
-	    atomic_exchange_explicit(&c->rx->pool_wake_wanted, 0, memory_order_seq_cst) &&
+	    /* the region is mapped writable by both; the word is the sender's */
+	    atomic_exchange_explicit((_Atomic uint32_t *)&c->rx->pool_wake_wanted, 0,
+	                             memory_order_seq_cst) &&
 	    sys_send(c->pool_wake_fd, "r", 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
 		DBG("pool release wake-up: %m");
 }
