@@ -18,6 +18,7 @@
  */
 #include "kernelzc.h"
 #include "api.h"
+#include "io.h"
 #include "sys.h"
 
 #include <arpa/inet.h>
@@ -72,6 +73,9 @@ void kernel_zc_init(struct kernel_zc *z, int fd, int epfd, void *base, size_t le
 	if (to_loopback(fd))
 		return;
 	if (uring && uring_open(&z->ring, nbufs, base, len) == 0) {
+		/* out of the program's way, as the pool's other descriptors
+		 * (its mappings and registration stay with the ring itself) */
+		z->ring.fd = io_keep_fd(z->ring.fd);
 		if (sys_epoll_ctl(epfd, EPOLL_CTL_ADD, z->ring.fd, &ev) == 0) {
 			z->way = KZC_URING;
 			return;

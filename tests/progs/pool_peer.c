@@ -42,6 +42,7 @@
 #include "scenario.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -192,20 +193,26 @@ static void report(int fd, const char *extra)
 static unsigned long long uring_completions(void)
 {
 	unsigned long long sum = 0;
-	char path[64], link[64], line[128];
+	char path[300], link[64], line[128];
 
-	for (int fd = 0; fd < 1024; fd++) {
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	/* every descriptor: smclo keeps its own far above the program's */
+	while (d && (e = readdir(d))) {
 		ssize_t n;
 		FILE *f;
 
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
 		n = readlink(path, link, sizeof(link) - 1);
 		if (n < 0)
 			continue;
 		link[n] = 0;
 		if (strcmp(link, "anon_inode:[io_uring]") != 0)
 			continue;
-		snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+		snprintf(path, sizeof(path), "/proc/self/fdinfo/%s", e->d_name);
 		if (!(f = fopen(path, "r")))
 			continue;
 		while (fgets(line, sizeof(line), f))
@@ -213,6 +220,8 @@ static unsigned long long uring_completions(void)
 				sum += strtoull(line + 7, NULL, 10);
 		fclose(f);
 	}
+	if (d)
+		closedir(d);
 	return sum;
 }
 
