@@ -24,6 +24,11 @@
 #include <sys/stat.h>
 
 int fd_budget_small;
+
+int fd_budget_is_small(void)
+{
+	return fd_budget_small;
+}
 int fd_soft_limit = 1024;
 _Atomic int fd_options_shared;
 
@@ -132,6 +137,17 @@ int fd_take_listen_lock(int fd)
 	return l;
 }
 
+int fd_kernel_accepts(int fd, int delta)
+{
+	struct fd_entry *e = fd_entry(fd);
+
+	if (!e)
+		return 0;
+	if (!delta)
+		return atomic_load(&e->kernel_accepts);
+	return (uint16_t)(atomic_fetch_add(&e->kernel_accepts, (uint16_t)delta) + delta);
+}
+
 struct conn *conn_get(int fd)
 {
 	struct fd_entry *e = fd_entry(fd);
@@ -148,26 +164,6 @@ struct conn *conn_get(int fd)
 			return c;
 		conn_put(c);     /* closed (and maybe recycled) under us: look again */
 	}
-}
-
-void conn_go_lean(struct conn *c)
-{
-	if (!fd_budget_small)
-		return;
-	if (c->tcp_fd >= 0) {
-		/* its addresses are the connection's: kept, then the socket goes,
-		 * with a reset rather than a TIME_WAIT (the peer's copy is idle) */
-		struct linger l = { .l_onoff = 1, .l_linger = 0 };
-
-		ep_of_socket(c->tcp_fd, 0, &c->local);
-		ep_of_socket(c->tcp_fd, 1, &c->peer);
-		sys_setsockopt(c->tcp_fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
-		sys_close(c->tcp_fd);
-		c->tcp_fd = -1;
-		c->direct = 1;          /* names from what we recorded, options on demand */
-	}
-	if (c->region)
-		region_drop_memfd(c->region);
 }
 
 void conn_bind_fd(struct conn *c, int fd)

@@ -11,29 +11,25 @@
 #define SMCLO_FDTAB_H
 
 #include "conn.h"
+#include "fdview.h"
 
-/* Per-descriptor knowledge about sockets that are not (yet) connections. */
-#define FDF_TCP        1u   /* an AF_INET/AF_INET6 stream socket we saw created */
-#define FDF_SMC        2u   /* created as AF_SMC */
-#define FDF_LISTENING  4u   /* registered as a listener */
-#define FDF_KNOWN      8u   /* flags above are authoritative */
+/*
+ * Per-descriptor knowledge about sockets that are not (yet) connections:
+ * the handshake's flags (fdview.h) and the front end's own, in one word.
+ */
 #define FDF_EPOLL     16u   /* an epoll instance (watch.c) */
 #define FDF_WATCHED   32u   /* registered in an epoll set watch.c tracks */
 #define FDF_NESTED    64u   /* an epoll instance inside another one */
-#define FDF_PENDING  128u   /* a connection whose handshake is not decided yet */
 #define FDF_PARKED   256u   /* a registration of it was parked in some set once (watch.c) */
-#define FDF_INET6    512u   /* with FDF_KNOWN: an AF_INET6 socket (else AF_INET) */
-#define FDF_DIRECT  1024u   /* a listener taking connections without TCP (handshake.c) */
-#define FDF_NO_DIRECT 2048u /* a listener that never will (hs_listener_no_direct) */
-#define FDF_TIMEOUTS 4096u  /* SO_RCVTIMEO/SO_SNDTIMEO may be set: ask the kernel (sockopt.c) */
 
 /*
  * A small descriptor limit (RLIMIT_NOFILE below 512): a connection that
  * holds more descriptors than a TCP one would make the program run out
  * where TCP would not (50 connections under a limit of 64).  Then
- * connections go lean (conn_go_lean): the doorbell socket is all they hold.
+ * connections go lean (handshake.c, conn_go_lean): the doorbell socket is all they hold.
  */
 extern int fd_budget_small;
+int fd_budget_is_small(void);
 extern int fd_soft_limit;      /* RLIMIT_NOFILE's soft limit, as last seen */
 /*
  * Set at the first fork: another process may now set options on sockets
@@ -89,6 +85,8 @@ static inline int fd_epoll_early_count(int fd)
 	return e ? atomic_load_explicit(&e->epoll_early, memory_order_relaxed) : 0;
 }
 void fd_add_flags(int fd, uint16_t flags);
+/* Threads in accept()'s kernel wait on @fd, after adding @delta (fdview.h). */
+int fd_kernel_accepts(int fd, int delta);
 void fd_set_listen_lock(int fd, int lockfd);
 int fd_take_listen_lock(int fd);
 /* Call @fn for every descriptor that holds a listener entry. */
@@ -104,13 +102,6 @@ static inline int fd_has_conn(int fd)
 	return e && atomic_load_explicit(&e->conn, memory_order_acquire) != NULL;
 }
 
-/*
- * Under a small descriptor budget, once @c is set up: close its hidden TCP
- * socket (names from the handshake, options on a socket made on demand, as
- * for a direct connection) and the region descriptor it keeps (no reuse,
- * no exec handover for it).
- */
-void conn_go_lean(struct conn *c);
 /* Name @fd as a holder of @c (takes a reference). */
 void conn_bind_fd(struct conn *c, int fd);
 /* Forget @fd; returns its connection (reference transferred) or NULL. */

@@ -339,6 +339,21 @@ __attribute__((constructor)) static void smclo_init(void)
 		fprintf(stderr, "smclo: cannot allocate the descriptor table; acceleration disabled\n");
 		return;
 	}
+	hs_set_fd_hooks(&(struct hs_fd_hooks){ .flags = fd_flags,
+	                                       .set_flags = fd_set_flags,
+	                                       .add_flags = fd_add_flags,
+	                                       .bind_conn = conn_bind_fd,
+	                                       .get_conn = conn_get,
+	                                       .for_each_conn = conn_for_each_fd,
+	                                       .epoll_early = fd_epoll_early_count,
+	                                       .kernel_accepts = fd_kernel_accepts,
+	                                       .set_listen_lock = fd_set_listen_lock,
+	                                       .take_listen_lock = fd_take_listen_lock,
+	                                       .for_each_listener = fd_for_each_listener,
+	                                       .release_kept = fd_forget_ours,
+	                                       .budget_small = fd_budget_is_small,
+	                                       .copy_timeouts = so_copy_timeouts,
+	                                       .may_have_timeouts = so_may_have_timeouts });
 	registry_fd = registry_open(cfg.dir, cfg.dir_is_default, err, sizeof(err));
 	if (registry_fd < 0) {
 		fprintf(stderr, "smclo: %s; acceleration disabled for this process\n", err);

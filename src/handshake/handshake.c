@@ -45,7 +45,7 @@
  * (peerid.h), never by a pid another process wrote.
  */
 #include "handshake.h"
-#include "fdtab.h"
+#include "fdview.h"
 
 #include "clc.h"
 #include "config.h"
@@ -59,7 +59,6 @@
 #include "peerid.h"
 #include "region.h"
 #include "registry.h"
-#include "sockopt.h"
 #include "spin.h"
 #include "sys.h"
 
@@ -74,6 +73,14 @@
 #include <sys/mman.h>
 #include <sys/un.h>
 #include <time.h>
+
+/* The descriptor table's answers (fdview.h), set by the front end at start. */
+static struct hs_fd_hooks fdv;
+
+void hs_set_fd_hooks(const struct hs_fd_hooks *h)
+{
+	fdv = *h;
+}
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -245,7 +252,7 @@ static struct conn *conn_tcp(int fd, int role, int reason, const struct ep *l,
 		c->slot->peer = *p;
 	}
 	stats_slot_decide(totals, c->slot, MODE_TCP, reason);
-	conn_bind_fd(c, fd);
+	fdv.bind_conn(c, fd);
 	conn_put(c);
 	return c;
 }
@@ -311,6 +318,32 @@ static struct conn *conn_new_shm(int slot_fd, int role, struct shm_parts *p,
 }
 
 /*
+ * Under a small descriptor budget (fdview.h, budget_small), once @c is set
+ * up: close its hidden TCP socket (names from the handshake, options on a
+ * socket made on demand, as for a direct connection) and the region
+ * descriptor it keeps (no reuse, no exec handover for it).
+ */
+static void conn_go_lean(struct conn *c)
+{
+	if (!fdv.budget_small())
+		return;
+	if (c->tcp_fd >= 0) {
+		/* its addresses are the connection's: kept, then the socket goes,
+		 * with a reset rather than a TIME_WAIT (the peer's copy is idle) */
+		struct linger l = { .l_onoff = 1, .l_linger = 0 };
+
+		ep_of_socket(c->tcp_fd, 0, &c->local);
+		ep_of_socket(c->tcp_fd, 1, &c->peer);
+		sys_setsockopt(c->tcp_fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+		sys_close(c->tcp_fd);
+		c->tcp_fd = -1;
+		c->direct = 1;          /* names from what we recorded, options on demand */
+	}
+	if (c->region)
+		region_drop_memfd(c->region);
+}
+
+/*
  * Bind the shared memory to @app_fd (the side connection's number from now
  * on) with @tcp_fd hidden beside it.
  */
@@ -328,7 +361,7 @@ static void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
 	c->tcp_fd = tcp_fd;
 	conn_go_lean(c);
 	stats_slot_decide(totals, c->slot, MODE_SHM, R_NONE);
-	conn_bind_fd(c, app_fd);
+	fdv.bind_conn(c, app_fd);
 	conn_put(c);
 }
 
@@ -336,7 +369,7 @@ static void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
  * sockets socket() and accept() made here (FDF_INET6). */
 static int domain_of(int fd)
 {
-	uint16_t f = fd_flags(fd);
+	uint16_t f = fdv.flags(fd);
 	int v = AF_INET;
 	socklen_t l = sizeof(v);
 
@@ -387,7 +420,7 @@ static int client_precheck(struct client *cl)
 	}
 	if (io_uring_in_use())
 		return R_IO_URING;
-	if (fd_epoll_early_count(cl->fd))
+	if (fdv.epoll_early(cl->fd))
 		return R_EPOLL_EARLY;   /* preload.c, count_epoll_early */
 	if (conn_count() >= cfg.max_conns)
 		return R_MAX_BUFFERS;
@@ -550,10 +583,10 @@ static void client_install(struct client *cl, int s, struct shm_parts *p)
 	int domain = domain_of(cl->fd);
 	int tcp;
 
-	p->rcvtimeo_ms = so_copy_timeouts(cl->fd, s);
-	tcp = fd_dup_hidden(cl->fd);
+	p->rcvtimeo_ms = fdv.copy_timeouts(cl->fd, s);
+	tcp = io_keep_copy(cl->fd, 0);
 	sys_dup3(s, cl->fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
-	fd_forget_ours(s);      /* the program's now, under cl->fd */
+	fdv.release_kept(s);      /* the program's now, under cl->fd */
 	sys_close(s);
 	if (fl & O_NONBLOCK)            /* the server hands its end over blocking */
 		sys_fcntl(cl->fd, F_SETFL, O_NONBLOCK);
@@ -692,12 +725,12 @@ static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
 	c->sh->rcvtimeo_ms = 0;                 /* looked up when it is the pair's */
 	c->pending_until_ms = mono_now_ms() + cfg.handshake_ms;
 	atomic_store(&c->pending, PENDING_OPEN);
-	conn_bind_fd(c, cl->fd);
-	fd_add_flags(cl->fd, FDF_PENDING);
+	fdv.bind_conn(c, cl->fd);
+	fdv.add_flags(cl->fd, FDF_PENDING);
 	DBG("connect fd %d: offer pending", cl->fd);
 	/* a pending connection holds three descriptors: where they are short
-	 * (fdtab.h, fd_budget_small), decide now and keep one */
-	if (fd_budget_small)
+	 * (fdview.h, budget_small), decide now and keep one */
+	if (fdv.budget_small())
 		hs_resolve(cl->fd, c, 0);
 	conn_put(c);
 	return 0;
@@ -708,10 +741,10 @@ static void pending_take(int fd, struct conn *c)
 {
 	int fl = sys_fcntl(fd, F_GETFL, 0), fdfl = sys_fcntl(fd, F_GETFD, 0);
 
-	c->sh->rcvtimeo_ms = so_copy_timeouts(fd, c->bell_fd) + 1;
-	c->tcp_fd = fd_dup_hidden(fd);
+	c->sh->rcvtimeo_ms = fdv.copy_timeouts(fd, c->bell_fd) + 1;
+	c->tcp_fd = io_keep_copy(fd, 0);
 	sys_dup3(c->bell_fd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
-	fd_forget_ours(c->bell_fd);
+	fdv.release_kept(c->bell_fd);
 	sys_close(c->bell_fd);
 	c->bell_fd = -1;
 	conn_note_bell(c, fd);
@@ -732,7 +765,7 @@ static void pending_take(int fd, struct conn *c)
 static int pending_connect(int fd, struct conn *c, long until)
 {
 	struct sockaddr_storage ss;
-	socklen_t l = ep_to_sockaddr(&c->peer, (fd_flags(fd) & FDF_INET6) ? AF_INET6 : AF_INET,
+	socklen_t l = ep_to_sockaddr(&c->peer, (fdv.flags(fd) & FDF_INET6) ? AF_INET6 : AF_INET,
 	                             &ss);
 	int err = 0;
 	socklen_t el = sizeof(err);
@@ -787,7 +820,7 @@ void hs_resolve(int fd, struct conn *c, size_t reading)
 	}
 	/* a read that may time out waits for the decision only: its own wait honours
 	 * SO_RCVTIMEO (the decision comes within the handshake timeout) */
-	if (reading && !so_may_have_timeouts(fd)) {
+	if (reading && !fdv.may_have_timeouts(fd)) {
 		int interrupted;
 		w = offer_wait_reading(region_up(c->region),
 		                       reading < c->rx_size ? (uint32_t)reading : c->rx_size,
@@ -802,7 +835,7 @@ void hs_resolve(int fd, struct conn *c, size_t reading)
 		pending_take(fd, c);
 	else
 		pending_fall_back(fd, c, offer_reason(w));
-	fd_set_flags(fd, fd_flags(fd) & ~FDF_PENDING);
+	fdv.set_flags(fd, fdv.flags(fd) & ~FDF_PENDING);
 	atomic_store(&c->pending, PENDING_NONE);
 	sh_unlock(&c->sh->tx_lock);
 }
@@ -811,7 +844,7 @@ void hs_resolve_fd(int fd)
 {
 	struct conn *c;
 
-	if (!(fd_flags(fd) & FDF_PENDING) || sys_in_vfork_child() || !(c = conn_get(fd)))
+	if (!(fdv.flags(fd) & FDF_PENDING) || sys_in_vfork_child() || !(c = fdv.get_conn(fd)))
 		return;         /* a vfork child would decide in its parent's memory */
 	if (atomic_load(&c->pending) != PENDING_NONE)
 		hs_resolve(fd, c, 0);
@@ -827,7 +860,7 @@ static void resolve_one(int fd, struct conn *c, void *arg)
 /* A child must not inherit an undecided connection: decide them all first. */
 void hs_resolve_all(void)
 {
-	conn_for_each_fd(resolve_one, NULL);
+	fdv.for_each_conn(resolve_one, NULL);
 }
 
 static void resolve_all_before_fork(void)
@@ -889,7 +922,7 @@ static int direct_bind(struct client *cl)
 	if (cl->src.port)
 		return 0;
 	here.port = 0;
-	l = ep_to_sockaddr(&here, (fd_flags(cl->fd) & FDF_INET6) ? AF_INET6 : AF_INET, &ss);
+	l = ep_to_sockaddr(&here, (fdv.flags(cl->fd) & FDF_INET6) ? AF_INET6 : AF_INET, &ss);
 	if (sys_bind(cl->fd, &ss, l) < 0 || ep_of_socket(cl->fd, 0, &cl->src) < 0)
 		return -1;
 	return 0;
@@ -911,7 +944,7 @@ static int client_direct(struct client *cl)
 	int pair[2], fds[OFFER_FDS];
 
 	/* the family for bind() and a later connect() comes from the fd table */
-	if (!(fd_flags(cl->fd) & FDF_KNOWN) || direct_bind(cl) < 0 ||
+	if (!(fdv.flags(cl->fd) & FDF_KNOWN) || direct_bind(cl) < 0 ||
 	    offer_prepare(cl, &p, pair, fds, &m, CLC_DIRECT) < 0)
 		return -1;
 	memcpy(m.direct.dst_ip, cl->dst.ip, sizeof(m.direct.dst_ip));
@@ -1010,7 +1043,7 @@ static int answer_sock_get(void)
 	mine = sys_socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (mine < 0)
 		return -1;
-	mine = fd_hide(mine);
+	mine = io_keep_fd(mine);
 	if (atomic_compare_exchange_strong(&answer_sock, &none, mine))
 		return mine;
 	sys_close(mine);        /* another thread was first */
@@ -1145,13 +1178,13 @@ static int server_install(struct server *sv, struct shm_parts *p)
 
 	DBG("accept fd %d: shm (ring tx %u rx %u)%s", sv->s, p->down, p->up,
 	    sv->direct ? " without TCP" : "");
-	p->rcvtimeo_ms = so_copy_timeouts(model, sv->s);
+	p->rcvtimeo_ms = fdv.copy_timeouts(model, sv->s);
 	p->direct = sv->direct;
 	if (sv->flags & SOCK_NONBLOCK)  /* every pair end comes blocking, as its maker made it */
 		sys_fcntl(sv->s, F_SETFL, O_NONBLOCK);
 	if (!sv->direct) {
-		fd_set_flags(sv->fd, 0);
-		tcp = fd_hide(sv->fd);
+		fdv.set_flags(sv->fd, 0);
+		tcp = io_keep_fd(sv->fd);
 	}
 	conn_shm(sv->s, tcp, ROLE_SERVER, p, &sv->local, &sv->peer, domain,
 	         (sv->flags & SOCK_NONBLOCK) != 0);
@@ -1295,8 +1328,8 @@ static int listener_reregister(int fd, uint64_t direct)
 
 	if (lock < 0)
 		return -1;
-	old = fd_take_listen_lock(fd);
-	fd_set_listen_lock(fd, lock);
+	old = fdv.take_listen_lock(fd);
+	fdv.set_listen_lock(fd, lock);
 	if (old >= 0)
 		registry_lock_remove(registry_fd, "l", old);
 	return 0;
@@ -1313,18 +1346,13 @@ static int listener_reregister(int fd, uint64_t direct)
  */
 void hs_kernel_accept(int lfd, int delta)
 {
-	struct fd_entry *e = fd_entry(lfd);
-
-	if (e)
-		atomic_fetch_add(&e->kernel_accepts, (uint16_t)delta);
+	fdv.kernel_accepts(lfd, delta);
 	atomic_thread_fence(memory_order_seq_cst);
 }
 
 static int kernel_accepts(int lfd)
 {
-	struct fd_entry *e = fd_entry(lfd);
-
-	return e ? atomic_load(&e->kernel_accepts) : 0;
+	return fdv.kernel_accepts(lfd, 0);
 }
 
 /* An offer queued when the listener went back to TCP: its client connects over TCP now. */
@@ -1346,7 +1374,7 @@ static void direct_refuse(const union clc_msg *m, int fds[OFFER_FDS])
 static void listener_leave_direct(int fd)
 {
 	listener_reregister(fd, 0);
-	fd_set_flags(fd, fd_flags(fd) & ~FDF_DIRECT);
+	fdv.set_flags(fd, fdv.flags(fd) & ~FDF_DIRECT);
 	inbox_direct_close(fd, direct_refuse);
 	DBG("listen fd %d: back to TCP only", fd);
 }
@@ -1372,7 +1400,7 @@ static void listener_go_direct_locked(int lfd)
 	struct ep addr;
 	uint64_t id;
 
-	if ((fd_flags(lfd) & (FDF_LISTENING | FDF_DIRECT | FDF_NO_DIRECT)) != FDF_LISTENING ||
+	if ((fdv.flags(lfd) & (FDF_LISTENING | FDF_DIRECT | FDF_NO_DIRECT)) != FDF_LISTENING ||
 	    server_precheck() != R_NONE || kernel_accepts(lfd) > 0)
 		return;         /* not now (io_uring, too many connections, another thread
 		                   waits in the kernel), or decided already */
@@ -1387,7 +1415,7 @@ static void listener_go_direct_locked(int lfd)
 		inbox_direct_close(lfd, direct_refuse);
 		goto never;
 	}
-	fd_add_flags(lfd, FDF_DIRECT);
+	fdv.add_flags(lfd, FDF_DIRECT);
 	if (kernel_accepts(lfd) > 0) {         /* one came meanwhile: not now */
 		listener_leave_direct(lfd);
 		return;
@@ -1396,7 +1424,7 @@ static void listener_go_direct_locked(int lfd)
 	    (unsigned long long)id);
 	return;
 never:
-	fd_add_flags(lfd, FDF_NO_DIRECT);
+	fdv.add_flags(lfd, FDF_NO_DIRECT);
 }
 
 /*
@@ -1406,7 +1434,7 @@ never:
  */
 static void listener_go_direct(int lfd)
 {
-	if ((fd_flags(lfd) & (FDF_LISTENING | FDF_DIRECT | FDF_NO_DIRECT)) != FDF_LISTENING)
+	if ((fdv.flags(lfd) & (FDF_LISTENING | FDF_DIRECT | FDF_NO_DIRECT)) != FDF_LISTENING)
 		return;
 	pthread_mutex_lock(&direct_lock);
 	listener_go_direct_locked(lfd);
@@ -1415,13 +1443,13 @@ static void listener_go_direct(int lfd)
 
 void hs_listener_no_direct(int fd)
 {
-	uint16_t f = fd_flags(fd);
+	uint16_t f = fdv.flags(fd);
 
 	if (!(f & FDF_LISTENING) || (f & FDF_NO_DIRECT))
 		return;
 	pthread_mutex_lock(&direct_lock);
-	fd_add_flags(fd, FDF_NO_DIRECT);
-	if (fd_flags(fd) & FDF_DIRECT)
+	fdv.add_flags(fd, FDF_NO_DIRECT);
+	if (fdv.flags(fd) & FDF_DIRECT)
 		listener_leave_direct(fd);
 	pthread_mutex_unlock(&direct_lock);
 }
@@ -1484,11 +1512,11 @@ int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t
 
 	if (ep_from_sockaddr(&sv.peer, peer, peer_len) < 0)
 		return fd;                      /* not an IP socket */
-	if (!(fd_flags(lfd) & FDF_LISTENING))
+	if (!(fdv.flags(lfd) & FDF_LISTENING))
 		hs_listen(lfd);                 /* inherited listener: announce it now */
 	/* accept() gives addresses in the socket's own family */
-	fd_set_flags(fd, FDF_TCP | FDF_KNOWN | (peer->sa_family == AF_INET6 ? FDF_INET6 : 0) |
-	             ((fd_flags(lfd) & (FDF_KNOWN | FDF_TIMEOUTS)) != FDF_KNOWN ? FDF_TIMEOUTS : 0));
+	fdv.set_flags(fd, FDF_TCP | FDF_KNOWN | (peer->sa_family == AF_INET6 ? FDF_INET6 : 0) |
+	             ((fdv.flags(lfd) & (FDF_KNOWN | FDF_TIMEOUTS)) != FDF_KNOWN ? FDF_TIMEOUTS : 0));
 	if (registry_fd < 0)
 		return server_fallback(&sv, R_NO_REGISTRY);
 	/*
@@ -1537,7 +1565,7 @@ int hs_listen_bound(int fd)
 	if (ep_of_socket(fd, 0, &e) < 0 || e.port == 0)
 		return -1;
 	hs_listen(fd);
-	return (fd_flags(fd) & FDF_LISTENING) ? 0 : -1;
+	return (fdv.flags(fd) & FDF_LISTENING) ? 0 : -1;
 }
 
 /* An entry for listener @fd naming @offer; returns its (hidden) lock, or -1. */
@@ -1555,13 +1583,13 @@ static void listener_mark_unreachable(int fd)
 	struct listener_offer none = { 0 };
 	int lock, old;
 
-	if (fd_flags(fd) & FDF_DIRECT)
+	if (fdv.flags(fd) & FDF_DIRECT)
 		listener_leave_direct(fd);
 	hs_listener_no_direct(fd);
 	if ((lock = listener_register(fd, &none)) < 0)
 		return;
-	old = fd_take_listen_lock(fd);
-	fd_set_listen_lock(fd, lock);
+	old = fdv.take_listen_lock(fd);
+	fdv.set_listen_lock(fd, lock);
 	if (old >= 0)
 		registry_lock_remove(registry_fd, "l", old);
 }
@@ -1571,7 +1599,7 @@ static void listeners_unreachable(const char *why)
 	if (registry_fd < 0 || registry_unreachable)
 		return;
 	registry_unreachable = 1;
-	fd_for_each_listener(listener_mark_unreachable);
+	fdv.for_each_listener(listener_mark_unreachable);
 	DBG("%s: listeners marked for TCP", why);
 }
 
@@ -1615,7 +1643,7 @@ static int listener_register(int fd, const struct listener_offer *offer)
 	if (lock >= 0)
 		DBG("listen fd %d: registered port %u, inbox %llx", fd, e.port,
 		    (unsigned long long)offer->inbox);
-	return lock < 0 ? -1 : fd_hide(lock);
+	return lock < 0 ? -1 : io_keep_fd(lock);
 }
 
 void hs_listen(int fd)
@@ -1623,7 +1651,7 @@ void hs_listen(int fd)
 	struct listener_offer offer = { .inbox = inbox_id(), .tx_size = cfg.tx_size,
 	                                .rx_max = cfg.rx_max };
 	int lock;
-	uint16_t f = fd_flags(fd);
+	uint16_t f = fdv.flags(fd);
 
 	/*
 	 * A server that can make neither an inbox nor the socket it answers
@@ -1635,12 +1663,12 @@ void hs_listen(int fd)
 	lock = listener_register(fd, &offer);
 	if (lock < 0)
 		return;
-	fd_set_listen_lock(fd, lock);
+	fdv.set_listen_lock(fd, lock);
 	if (!(f & FDF_KNOWN) && domain_of(fd) == AF_INET6)
 		f |= FDF_INET6;         /* inherited: asked once, here */
 	if (!(f & FDF_KNOWN))
 		f |= FDF_TIMEOUTS;      /* and whatever options it came with, not known */
-	fd_set_flags(fd, FDF_TCP | FDF_KNOWN | FDF_LISTENING |
+	fdv.set_flags(fd, FDF_TCP | FDF_KNOWN | FDF_LISTENING |
 	             (f & (FDF_SMC | FDF_INET6 | FDF_TIMEOUTS | FDF_NO_DIRECT)));
 }
 
@@ -1653,34 +1681,34 @@ void hs_listen(int fd)
 static void listener_forked(int fd)
 {
 	struct listener_offer none = { 0 };
-	int old = fd_take_listen_lock(fd), lock = listener_register(fd, &none);
+	int old = fdv.take_listen_lock(fd), lock = listener_register(fd, &none);
 
 	if (old >= 0)
 		sys_close(old);
 	/* the parent's direct inbox is not the child's (inbox.c drops the copy) */
-	fd_set_flags(fd, (fd_flags(fd) & ~FDF_DIRECT) | FDF_NO_DIRECT);
+	fdv.set_flags(fd, (fdv.flags(fd) & ~FDF_DIRECT) | FDF_NO_DIRECT);
 	if (lock < 0)
 		return;
 	if (!(sys_fcntl(fd, F_GETFD, 0) & FD_CLOEXEC))
 		sys_fcntl(lock, F_SETFD, 0);
-	fd_set_listen_lock(fd, lock);
+	fdv.set_listen_lock(fd, lock);
 }
 
 void hs_after_fork(void)
 {
-	fd_for_each_listener(listener_forked);
+	fdv.for_each_listener(listener_forked);
 }
 
 void hs_listener_closed(int fd)
 {
-	int lock = fd_take_listen_lock(fd);
+	int lock = fdv.take_listen_lock(fd);
 
 	/* a fork child holds an entry of its own (listener_forked) */
 	if (lock >= 0)
 		sys_close(lock);
 	pthread_mutex_lock(&direct_lock);
-	if (fd_flags(fd) & FDF_DIRECT)
+	if (fdv.flags(fd) & FDF_DIRECT)
 		inbox_direct_close(fd, direct_refuse);
-	fd_set_flags(fd, fd_flags(fd) & ~(FDF_LISTENING | FDF_DIRECT));
+	fdv.set_flags(fd, fdv.flags(fd) & ~(FDF_LISTENING | FDF_DIRECT));
 	pthread_mutex_unlock(&direct_lock);
 }
