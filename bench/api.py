@@ -13,9 +13,13 @@ processes) beside it:
           kept" one claim carries many messages, each committed with
           SMCLO_KEEP as it is written)
   pool    smclo's buffer pools (stream rows): the sender fills buffers of a
-          pool of 4 messages (16 up to 64 KiB) and sends references, the
-          receiver peeks them in place; each buffer comes back when the
-          receiver consumed it (smclo_reap)
+          pool and sends references, the receiver peeks them in place; each
+          buffer comes back when the receiver consumed it (smclo_reap).  4
+          buffers (16 up to 64 KiB) of the message's size up to 1 MiB: a
+          16 MiB message goes as sixteen 1 MiB buffers, as the API's claims
+          carry it in ring-sized pieces.  The row "one pool buffer each"
+          sends each 16 MiB message in one buffer of its own (4 of 16 MiB,
+          more than this machine's L3 holds).
   iceoryx2  iceoryx2's publish-subscribe (bench/iceoryx2, the Rust crate
           pinned in its Cargo.toml): samples loaned from the publisher's
           shared memory, written and read in place, each side polling its
@@ -61,6 +65,9 @@ ROWS = [
     ("stream 64 KiB messages", "bulk", 64 << 10, "MB/s", True, ALL),
     ("stream 1 MiB messages", "bulk", 1 << 20, "MB/s", True, ALL),
     ("stream 16 MiB messages", "bulk", 16 << 20, "MB/s", True, ALL),
+    # the pool column: each message in one buffer of its size (apibench's "pool-whole")
+    ("stream 16 MiB messages, one pool buffer each", "bulk-whole", 16 << 20, "MB/s", True,
+     ("tcp", "smclo", "pool")),
     ("100 B messages", "rate", 100, "k msg/s", True, ("tcp", "unix", "smclo", "api")),
     # the API's column: one claim carries many messages (SMCLO_KEEP)
     ("100 B messages, claim kept", "rate-keep", 100, "k msg/s", True, ("smclo", "api")),
@@ -119,10 +126,12 @@ def run_once(test, size, way, secs):
         how = way if way in ("api", "pool") else "copy"
         if test == "rate-keep" and way == "api":
             how = "keep"
+        if test == "bulk-whole" and way == "pool":
+            how = "pool-whole"
         prog, how, env = APIBENCH, [how], env_for(way)
         addr = str(WORK / ("s-%d.sock" % port)) if way == "unix" else str(port)
     name = os.path.basename(prog)
-    what = "pingpong-wait" if way == "iceoryx2-wait" else test.replace("-keep", "")
+    what = "pingpong-wait" if way == "iceoryx2-wait" else test.split("-")[0]
     srv = subprocess.Popen([prog, "serve", addr] + how + [what, str(size)], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = None

@@ -8,10 +8,12 @@
  * WAY is how both ends move bytes: "copy" (send()/recv() into the program's
  * own buffers, what every socket program does), "api" (claims written in
  * place, peeks read in place: include/smclo.h) or "pool" (bulk only: the
- * client fills buffers of a pool of 4 messages - 16 for messages up to 64
+ * client fills buffers of a pool and sends them by reference, the server
+ * peeks as "api"; buffers of the message's size up to POOL_PIECE, a larger
+ * message going as several buffers, 4 of them - 16 for messages up to 64
  * KiB; 16 of 1 MiB ran at a quarter of 4's speed here, the buffers out of
- * the caches by the time they came round again - and sends them by
- * reference, the server peeks as "api") or "keep"
+ * the caches by the time they came round again) or "pool-whole" (as
+ * "pool", but each message in one buffer of its size however large) or "keep"
  * (rate only: as "api", but one claim carries many messages, each committed
  * with SMCLO_KEEP as it is written).  TEST:
  *
@@ -51,6 +53,16 @@ static int api;                 /* WAY is "api", "pool" or "keep" */
 static int keep;                /* WAY is "keep" */
 static struct smclo_pool *pool; /* WAY is "pool": the client's */
 static size_t size;
+static size_t pool_piece;       /* WAY is "pool": the pool's buffer size */
+
+/*
+ * The largest pool buffer of the "pool" way.  A pool's buffers are reused
+ * while they are still in the caches when they are small enough: 4 of 1
+ * MiB stay in this machine's 32 MiB L3 beside everything else, 4 of 16 MiB
+ * do not and leave both ends working from memory (docs/api.md, "Choosing
+ * buffer sizes").
+ */
+#define POOL_PIECE (1u << 20)
 
 static void die(const char *what)
 {
@@ -145,13 +157,14 @@ static void *pool_buffer(void)
 /* Write @n bytes of value @v (the payload the reader sums) and send them. */
 static void put(int fd, uint8_t v, size_t n)
 {
-	if (pool) {
+	while (pool && n) {
 		void *b = pool_buffer();
+		size_t k = n < pool_piece ? n : pool_piece;
 
-		memset(b, v, n);
-		if (smclo_pool_send(pool, b, n, 0, 0) != (ssize_t)n)
+		memset(b, v, k);
+		if (smclo_pool_send(pool, b, k, 0, 0) != (ssize_t)k)
 			die("pool send");
-		return;
+		n -= k;
 	}
 	while (n) {
 		if (api) {
@@ -523,14 +536,14 @@ int main(int argc, char **argv)
 
 	if (argc < 6 || (strcmp(argv[1], "serve") && strcmp(argv[1], "client")) ||
 	    (strcmp(argv[3], "copy") && strcmp(argv[3], "api") && strcmp(argv[3], "pool") &&
-	     strcmp(argv[3], "keep")) ||
-	    (!strcmp(argv[3], "pool") && strcmp(argv[4], "bulk")) ||
+	     strcmp(argv[3], "pool-whole") && strcmp(argv[3], "keep")) ||
+	    (!strncmp(argv[3], "pool", 4) && strcmp(argv[4], "bulk")) ||
 	    (!strcmp(argv[3], "keep") && strcmp(argv[4], "rate")) ||
 	    (!strcmp(argv[1], "client") && argc != 7)) {
-		fprintf(stderr, "usage: apibench serve ADDR copy|api|pool|keep bulk|rate|pingpong SIZE\n"
-		                "       apibench client ADDR copy|api|pool|keep bulk|rate|pingpong SIZE "
-		                "SECONDS\n"
-		                "(pool: bulk only; keep: rate only)\n");
+		fprintf(stderr, "usage: apibench serve ADDR WAY bulk|rate|pingpong SIZE\n"
+		                "       apibench client ADDR WAY bulk|rate|pingpong SIZE SECONDS\n"
+		                "WAY: copy|api|pool|pool-whole|keep (pool, pool-whole: bulk only; "
+		                "keep: rate only)\n");
 		return 2;
 	}
 	api = strcmp(argv[3], "copy") != 0;
@@ -566,8 +579,9 @@ int main(int argc, char **argv)
 	if (connect(fd, (struct sockaddr *)&ss, len) < 0)
 		die("connect");
 	nodelay(fd, argv[2]);
-	if (!strcmp(argv[3], "pool") &&
-	    !(pool = smclo_pool_create(fd, size, size <= (64u << 10) ? 16 : 4, 0)))
+	pool_piece = !strcmp(argv[3], "pool") && size > POOL_PIECE ? POOL_PIECE : size;
+	if (!strncmp(argv[3], "pool", 4) &&
+	    !(pool = smclo_pool_create(fd, pool_piece, pool_piece <= (64u << 10) ? 16 : 4, 0)))
 		die("pool create");
 	if (!strcmp(test, "pingpong"))
 		client_pingpong(fd, atof(argv[6]));
