@@ -5,7 +5,7 @@
  * cheapest possible test (one load from the descriptor table) and hands
  * anything that is not an accelerated connection straight to libc, so plain
  * descriptors, files and pipes pay almost nothing.  The decisions themselves
- * live in handshake.c; the byte moving in tx.c / rx.c.
+ * live in src/handshake/; the byte moving in tx.c / rx.c.
  *
  * Readiness is the kernel's (the descriptor is a real socket); the epoll,
  * poll and select wrappers only add what the rings know about bytes that
@@ -440,7 +440,7 @@ EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 	return hs_connect(fd, sa, len);
 }
 
-/* A listener taking connections without TCP (handshake.c): one of those, or
+/* A listener taking connections without TCP (direct.c): one of those, or
  * HS_ACCEPT_KERNEL when the kernel has one (or the listener does not). */
 static int accept_direct(int lfd, struct sockaddr *sa, socklen_t *len, int flags)
 {
@@ -471,7 +471,7 @@ EXPORT int accept4(int lfd, struct sockaddr *sa, socklen_t *len, int flags)
 
 	if (!smclo_active || (sa && !len) || !is_tcp_socket(lfd))
 		return real_accept4(lfd, sa, len, flags);
-	hs_kernel_accept(lfd, 1);    /* before looking at FDF_DIRECT (handshake.c) */
+	hs_kernel_accept(lfd, 1);    /* before looking at FDF_DIRECT (direct.c) */
 	if (fd_flags(lfd) & FDF_DIRECT) {
 		hs_kernel_accept(lfd, -1);
 		if ((fd = accept_direct(lfd, sa, len, flags)) != HS_ACCEPT_KERNEL)
@@ -1146,7 +1146,7 @@ EXPORT int epoll_create1(int flags)
  * puts the doorbell socket in the descriptor's place, but a registration
  * names the file it was made for (the TCP socket, hidden then): the set
  * would never report the connection again.  Such a socket's connection
- * stays on TCP (R_EPOLL_EARLY, handshake.c); a registration made after
+ * stays on TCP (R_EPOLL_EARLY, client.c); a registration made after
  * connect() is made on what the switch leaves there (hs_resolve_fd).
  */
 static void count_epoll_early(int op, int fd)

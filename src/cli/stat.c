@@ -373,7 +373,7 @@ static void print_listener(const struct registry_listener *e, void *arg)
 		       e->flags & LISTEN_F_DEFER ? "true" : "false",
 		       e->offer.inbox ? "true" : "false", e->offer.direct ? "true" : "false");
 	} else {
-		/* how smclo clients reach it (handshake.c): an offer to its inbox, and
+		/* how smclo clients reach it (src/handshake/): an offer to its inbox, and
 		 * without TCP at all while it waits in accept() */
 		snprintf(how, sizeof(how), "listening%s%s%s%s",
 		         e->offer.inbox ? ", inbox" : "", e->offer.direct ? ", direct" : "",

@@ -76,7 +76,7 @@ struct conn {
 	int mode;                       /* MODE_SHM or MODE_TCP */
 	int tcp_fd;                     /* hidden TCP socket (shm mode), or -1 */
 	/*
-	 * Set up without a TCP connection (the direct handshake, handshake.c):
+	 * Set up without a TCP connection (the direct handshake, direct.c):
 	 * the hidden socket, if any, is not connected, and the addresses are
 	 * the ones recorded below.
 	 */
@@ -97,7 +97,7 @@ struct conn {
 	int watch_regs;                 /* epoll registrations watch.c tracks for it */
 	_Atomic uint32_t calls;         /* reads and writes that moved data (payoff.h) */
 	/*
-	 * A client connection whose inbox offer is not decided yet (handshake.c,
+	 * A client connection whose inbox offer is not decided yet (client.c,
 	 * "pending"): the descriptor is still the TCP socket, writes that fit go
 	 * into the ring with doorbells on bell_fd, everything else decides first.
 	 */

@@ -155,7 +155,7 @@ void tx_commit_keep(struct conn *c, int fd, size_t n);
 void tx_abort(struct conn *c);
 ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);
 /*
- * A write before the handshake is decided (handshake.c): all of it goes into
+ * A write before the handshake is decided (client.c, pending): all of it goes into
  * the ring, with its doorbell on c->bell_fd, if it fits within PENDING_MAX
  * bytes in all; else nothing is written and -1 says "decide first".
  */

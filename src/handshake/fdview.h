@@ -26,7 +26,7 @@
 #define FDF_KNOWN      8u   /* flags above are authoritative */
 #define FDF_PENDING  128u   /* a connection whose handshake is not decided yet */
 #define FDF_INET6    512u   /* with FDF_KNOWN: an AF_INET6 socket (else AF_INET) */
-#define FDF_DIRECT  1024u   /* a listener taking connections without TCP (handshake.c) */
+#define FDF_DIRECT  1024u   /* a listener taking connections without TCP (direct.c) */
 #define FDF_NO_DIRECT 2048u /* a listener that never will (hs_listener_no_direct) */
 #define FDF_TIMEOUTS 4096u  /* SO_RCVTIMEO/SO_SNDTIMEO may be set: ask the kernel (sockopt.c) */
 

@@ -1,6 +1,46 @@
 /*
- * handshake.h - deciding, once, whether a TCP connection moves to shared
- * memory (see handshake.c).
+ * handshake.h - the switch from TCP to shared memory (the kernel's CLC):
+ * deciding, once, whether a TCP connection moves to shared memory.
+ *
+ *   client connect()                         server accept()
+ *   ----------------                         ---------------
+ *   find a live smclo listener for dst
+ *   bind to learn the source port
+ *   bind the rendezvous socket p/<tuple>
+ *   TCP connect  ------------------------->  kernel accepts the TCP connection
+ *   wait on the rendezvous socket            p/<tuple> exists? no: plain TCP
+ *                                            socket pair, ring
+ *                     <------------ ACCEPT   sent to p/<tuple>: one end of the
+ *                                            pair, ring, TCP socket as proof
+ *   check proof, map ring, build ring
+ *   CONFIRM over the pair ---------------->  check proof, map ring
+ *   (ring, TCP socket as proof)
+ *   app fd := our end of the pair            return our end of the pair
+ *
+ * One round trip, and the client's wait for ACCEPT overlaps the server's
+ * wake-up from accept(), which TCP pays as well.  No byte is ever sent
+ * in-band: a peer without smclo only ever sees an ordinary TCP connection.
+ *
+ * Deciding exactly once, with both waits bounded by SMCLO_HANDSHAKE_MS:
+ *  - a client that gives up removes and closes its rendezvous socket; an
+ *    ACCEPT that arrives later is dropped with it, which closes the pair end
+ *    it carried, and the server sees the pair hang up: both stay on TCP;
+ *  - a server that gives up waiting for CONFIRM shuts the pair down for
+ *    reading first, which the kernel orders against the client's send: a
+ *    CONFIRM queued before still counts (the server takes a last look), one
+ *    sent after fails with EPIPE and the client stays on TCP as well.
+ * The client stays inside connect() and the server inside accept() until the
+ * decision, so nothing has been written yet and a fallback loses nothing.
+ * An epoll registration made before connect() would not follow the switch
+ * (it names the TCP socket): such a socket stays on TCP (R_EPOLL_EARLY,
+ * counted in the preload shim's epoll_ctl); one made after, while a non-blocking
+ * connect is still undecided, first decides it (hs_resolve_fd).
+ *
+ * The same-connection proof is proof.c's; the client's steps client.c's, the
+ * server's server.c's, listeners' entries listener.c's and direct.c's, and
+ * the connection either ends in install.c's.  Processes are told apart by
+ * keys that hold across PID namespaces (peerid.h), never by a pid another
+ * process wrote.
  */
 #ifndef SMCLO_HANDSHAKE_H
 #define SMCLO_HANDSHAKE_H
@@ -20,7 +60,7 @@ void hs_listen(int fd);
 int hs_listen_bound(int fd);
 void hs_listener_closed(int fd);
 /*
- * The direct handshake (handshake.c): a listener whose process blocks in
+ * The direct handshake (direct.c): a listener whose process blocks in
  * accept() takes connections without TCP through its direct inbox.
  * accept() on listener @lfd: the descriptor of a direct connection (its
  * peer in *@peer), -1 with errno as accept() would fail, or HS_ACCEPT_KERNEL
@@ -38,7 +78,7 @@ void hs_kernel_accept(int lfd, int delta);
 void hs_listener_no_direct(int fd);
 struct conn;
 /*
- * A connection whose offer is still undecided (handshake.c, "pending"):
+ * A connection whose offer is still undecided (client.c, "pending"):
  * decide it now, waiting at most until the handshake timeout.  @reading:
  * the caller is a blocking read of that many bytes, which would wait for
  * the server's answer next anyway (offer_wait_reading); 0 otherwise.
@@ -52,7 +92,7 @@ void hs_resolve_all(void);
 void hs_user_changing(uid_t euid);
 /* The process changed its root directory. */
 void hs_chrooted(void);
-/* In a fork child: the inherited listeners are now shared (see handshake.c). */
+/* In a fork child: the inherited listeners are now shared (listener.c). */
 void hs_after_fork(void);
 
 #endif

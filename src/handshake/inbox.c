@@ -13,7 +13,7 @@
  * client costs a server no system call here.
  *
  * A listener that takes connections without TCP (the direct handshake,
- * handshake.c) has an inbox of its own besides: every message there is a
+ * client.c) has an inbox of its own besides: every message there is a
  * direct offer for that listener, so it needs no stash and no count.
  *
  * Client side: a few connected sockets to the inboxes recently used, so an

@@ -11,7 +11,7 @@
  * The server picks the offer up when accept() returns that connection and
  * decides it with one compare-and-swap on the offer word in the region,
  * which the client watches; no message goes back.  Compared with the
- * rendezvous handshake (handshake.c) that is one leg instead of three and
+ * rendezvous handshake (client.c, server.c) that is one leg instead of three and
  * no file created per connection.
  *
  * Deciding exactly once: the word starts OPEN; the server moves it to TAKEN
@@ -60,7 +60,7 @@ int inbox_take(const struct ep *local, const struct ep *peer, union clc_msg *m,
                int fds[OFFER_FDS]);
 
 /*
- * A listener's direct inbox (handshake.c, direct handshake): every message
+ * A listener's direct inbox (direct.c): every message
  * there is a CLC_DIRECT offer for listener @lfd, bound to @addr in
  * namespace @netns.  Open binds it and returns the id its listener entry
  * names (0 if it cannot); the socket is -1 when @lfd has none (else the

@@ -83,7 +83,7 @@ int registry_is_locked(int dirfd, const char *sub, const char *name);
  * (0: none, e.g. the entry a fork child adds for the listener it inherited)
  * and that process's ring sizes, for the one-message handshake (inbox.h);
  * and, while the listener takes connections without TCP, its direct inbox
- * (0: none; handshake.c, direct handshake).
+ * (0: none; direct.c, the direct handshake).
  */
 struct listener_offer {
 	uint64_t inbox;

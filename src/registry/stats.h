@@ -69,7 +69,7 @@ struct stats_totals {
 	/* servers: a client's region mapped anew, or found still mapped from
 	 * an earlier connection with the same client */
 	_Atomic uint64_t peer_regions_mapped, peer_regions_kept;
-	/* servers: connections taken without TCP (handshake.c, direct handshake) */
+	/* servers: connections taken without TCP (direct.c) */
 	_Atomic uint64_t direct_handshakes;
 	/* buffer pools' sends (pool.c), by their notification: the peer read
 	 * the buffer in place, the bytes were copied, the kernel's zero copy

@@ -68,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case CLC_OFFER:
 			FUZZ_CHECK(ring_size_valid(out.accept.ring_size));
 			FUZZ_CHECK(ring_size_valid(out.accept.rx_max));
-			/* what the sides compute from them (handshake.c) stays a ring size */
+			/* what the sides compute from them (client.c, server.c) stays a ring size */
 			FUZZ_CHECK(ring_region_len(out.accept.ring_size) ==
 			           RING_HDR_SIZE + (size_t)out.accept.ring_size);
 			break;

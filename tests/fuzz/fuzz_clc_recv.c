@@ -8,7 +8,7 @@
  * with a fuzz-chosen message of any length, zero to six descriptors of
  * several kinds (pipe, memfd, socket, /dev/null), sent in one or two
  * SCM_RIGHTS blocks.  Each expected type is read with the descriptor count
- * its caller asks for (handshake.c, inbox.c).
+ * its caller asks for (client.c, server.c, inbox.c).
  *
  * Input: [case][fd count and split][fd kinds][nonce, 8 bytes][message...]
  *
@@ -34,7 +34,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 
-/* Who reads what (handshake.c, inbox.c). */
+/* Who reads what (client.c, server.c, inbox.c). */
 static const struct {
 	enum clc_type type;
 	int want;

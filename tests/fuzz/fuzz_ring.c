@@ -433,7 +433,7 @@ static void step_claim(struct world *w, struct in *in)
 }
 
 /*
- * A write while the handshake is pending (tx_send_pending, handshake.c):
+ * A write while the handshake is pending (tx_send_pending, client.c):
  * the offer word is the server's to set, so it is the input's.  A pending
  * connection is a new one: nothing of ours consumed yet, cursors from 0.
  */

@@ -1,6 +1,6 @@
 """The handshake decides once: when one side gives up, both stay on TCP and
 no byte is lost, whichever side was late.  Both handshakes: the rendezvous
-(handshake.c, top of file; a listener two processes hold) and the inbox
+(handshake.h, top of file; a listener two processes hold) and the inbox
 (inbox.h; a listener only one process holds)."""
 import os
 import signal

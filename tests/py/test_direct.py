@@ -1,4 +1,4 @@
-"""Connections without TCP (handshake.c, the direct handshake).  A server
+"""Connections without TCP (src/handshake/direct.c, the direct handshake).  A server
 whose process blocks in accept() takes an smclo client's connections
 without a TCP connection once it has seen one smclo client: the client makes
 no connect() system call at all, every byte arrives, and both ends name each

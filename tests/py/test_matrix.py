@@ -108,7 +108,7 @@ BUGS = {}
 # * chroot: a server answers a rendezvous through /proc/self/fd/N, which a root
 #   without /proc lacks, and clients cannot tell which handshake they will
 #   get: after chroot() the listener's entry is made again flagged unreachable
-#   (src/handshake.c, hs_chrooted) and clients take TCP at once, no-registry.
+#   (src/handshake/listener.c, hs_chrooted) and clients take TCP at once, no-registry.
 # * exec-closeall, exec-closerange: an inetd child closing every descriptor above
 #   2 before exec would take smclo's own (the connection's state, region and
 #   TCP socket) and the hand-over would find them gone; close(), close_range()

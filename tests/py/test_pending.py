@@ -1,5 +1,5 @@
 """A client's connection is pending from connect() until the server decides
-its inbox offer (handshake.c): small writes wait in the ring, and the first
+its inbox offer (src/handshake/client.c): small writes wait in the ring, and the first
 call that needs the decision takes it.  Whatever that call is, the bytes
 arrive in order and the connection is accelerated."""
 import os
@@ -60,7 +60,7 @@ def test_bytes_written_while_undecided(reg, procs, how):
 
 
 # A client that writes, then blocks in recv while its offer is undecided: the
-# read sleeps until the server's answer (handshake.c, offer_wait_reading).
+# read sleeps until the server's answer (client.c, offer_wait_reading).
 READER = r"""
 import signal, socket, sys, time
 c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))

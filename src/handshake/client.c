@@ -1,0 +1,656 @@
+/*
+ * client.c - the client's handshake, inside connect(): a rendezvous offer
+ * through the listener's entry (TCP connect, ACCEPT at p/<tuple>, CONFIRM),
+ * an offer to the listener process's inbox (inbox.h), a direct offer
+ * without TCP, and a connection whose offer is still undecided when
+ * connect() returns ("pending", decided at the next call that needs to
+ * know: hs_resolve).  handshake.h has the protocol's outline.
+ */
+#include "hs_internal.h"
+
+#include "io.h"
+#include "pairs.h"
+#include "payoff.h"
+#include "peerid.h"
+#include "region.h"
+#include "registry.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+struct client {
+	int fd;                 /* the application's TCP socket */
+	struct ep dst, src;
+	uint64_t netns;
+	struct listener_info listener;
+	peerid via;             /* the inbox link an offer goes through (its region's key) */
+	char key[96];
+	int rendezvous;         /* our p/<key> socket, or -1 */
+	int reuse_was_set;
+	int bound_by_us;
+};
+
+/* Reasons not to try at all; R_NONE means go ahead. */
+static int client_precheck(struct client *cl)
+{
+	if (registry_fd < 0)
+		return R_NO_REGISTRY;
+	if (registry_port_unlistened(registry_fd, cl->dst.port))
+		return R_PEER_NO_SMCLO;         /* known without a system call */
+	cl->netns = netns_cookie(cl->fd);
+	registry_listener_find(registry_fd, &cl->dst, cl->netns, &cl->listener);
+	switch (cl->listener.m) {
+	case LM_NONE:      return R_PEER_NO_SMCLO;
+	case LM_ELSEWHERE: return R_NOT_THIS_HOST;
+	case LM_DEFER:     return R_DEFER_ACCEPT;
+	case LM_UNREACHABLE: return R_NO_REGISTRY;
+	case LM_OTHER_NETNS:
+		if (!cfg.cross_netns)
+			return R_CROSS_NETNS_OFF;
+		if (dst_is_local(&cl->dst))
+			return R_NOT_THIS_HOST;
+		break;
+	case LM_SAME_NETNS:
+		break;
+	}
+	if (io_uring_in_use())
+		return R_IO_URING;
+	if (fdv.epoll_early(cl->fd))
+		return R_EPOLL_EARLY;   /* preload.c, count_epoll_early */
+	if (conn_count() >= cfg.max_conns)
+		return R_MAX_BUFFERS;
+	return R_NONE;
+}
+
+/*
+ * The rendezvous is named by our source port, which must be known before the
+ * SYN leaves, so bind to an ephemeral port.  SO_REUSEADDR lets the kernel
+ * hand out ports whose old connections linger (as connect() itself would);
+ * accelerated connections close their TCP socket with a reset, so they leave
+ * no TIME_WAIT behind.
+ */
+static int client_bind(struct client *cl)
+{
+	struct sockaddr_storage ss;
+	socklen_t l;
+	int one = 1, family = AF_INET;
+
+	if (ep_of_socket(cl->fd, 0, &cl->src) < 0)
+		return -1;
+	if (cl->src.port)
+		return 0;        /* the application bound it itself */
+	l = sizeof(cl->reuse_was_set);
+	sys_getsockopt(cl->fd, SOL_SOCKET, SO_REUSEADDR, &cl->reuse_was_set, &l);
+	sys_setsockopt(cl->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	memset(&ss, 0, sizeof(ss));
+	l = sizeof(family);
+	sys_getsockopt(cl->fd, SOL_SOCKET, SO_DOMAIN, &family, &l);
+	ss.ss_family = (sa_family_t)family;
+	l = ss.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+	if (sys_bind(cl->fd, &ss, l) < 0 || ep_of_socket(cl->fd, 0, &cl->src) < 0)
+		return -1;
+	cl->bound_by_us = 1;
+	return 0;
+}
+
+static void client_restore_reuse(struct client *cl)
+{
+	if (cl->bound_by_us && !cl->reuse_was_set) {
+		int zero = 0;
+		sys_setsockopt(cl->fd, SOL_SOCKET, SO_REUSEADDR, &zero, sizeof(zero));
+	}
+}
+
+static int client_rendezvous_open(struct client *cl)
+{
+	int e;
+
+	registry_rendezvous_key(cl->key, sizeof(cl->key), &cl->dst, cl->src.port);
+	if (registry_rendezvous_count(registry_fd, 1) < 0)      /* before the SYN: servers look */
+		return R_NO_REGISTRY;
+	cl->rendezvous = registry_rendezvous_bind(registry_fd, cl->key);
+	if (cl->rendezvous >= 0)
+		return R_NONE;
+	e = errno;
+	registry_rendezvous_count(registry_fd, -1);
+	return e == EADDRINUSE ? R_TUPLE_BUSY : R_NO_REGISTRY;
+}
+
+/* Anything still queued (a late ACCEPT) goes with the socket: see top of file. */
+static void client_rendezvous_close(struct client *cl)
+{
+	if (cl->rendezvous < 0)
+		return;
+	registry_rendezvous_remove(registry_fd, cl->key);
+	sys_close(cl->rendezvous);
+	cl->rendezvous = -1;
+	registry_rendezvous_count(registry_fd, -1);
+}
+
+/* The TCP connect itself; for a non-blocking socket wait (bounded) for it. */
+static int client_tcp_connect(struct client *cl, const struct sockaddr *sa, socklen_t len,
+                              int *timed_out)
+{
+	int err = 0;
+	socklen_t l = sizeof(err);
+
+	*timed_out = 0;
+	if (sys_connect(cl->fd, sa, len) == 0)
+		return 0;
+	if (errno != EINPROGRESS)
+		return -1;
+	if (wait_fd(cl->fd, POLLOUT, mono_now_ms() + cfg.handshake_ms) < 0) {
+		*timed_out = 1;
+		errno = EINPROGRESS;
+		return -1;
+	}
+	sys_getsockopt(cl->fd, SOL_SOCKET, SO_ERROR, &err, &l);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Wait for the server's ACCEPT (pair end, TCP socket) or DECLINE on the
+ * rendezvous socket; anything else that arrives there is dropped.
+ */
+static int client_wait_accept(struct client *cl, union clc_msg *m, int fds[2])
+{
+	long deadline = mono_now_ms() + cfg.handshake_ms;
+
+	do {
+		if (hs_msg_recv(cl->rendezvous, CLC_ACCEPT, 0, m, fds, 2, deadline) == 0)
+			return m->hdr.type == CLC_DECLINE ? (int)m->decline.reason : R_NONE;
+	} while (mono_now_ms() < deadline);
+	/* a last look before the socket goes: the answer may have landed just now */
+	registry_rendezvous_remove(registry_fd, cl->key);
+	if (hs_msg_recv(cl->rendezvous, CLC_ACCEPT, 0, m, fds, 2, 0) == 0)
+		return m->hdr.type == CLC_DECLINE ? (int)m->decline.reason : R_NONE;
+	return R_TIMEOUT;
+}
+
+/* After ACCEPT: check, build the region; CONFIRM over @pair commits us. */
+static int client_complete(struct client *cl, int pair, const union clc_msg *acc, int tcp_fd,
+                           struct shm_parts *p)
+{
+	pid_t server = peer_pid_allowed(pair);
+	union clc_msg m;
+	int reason = R_NONE, out[2];
+
+	if (server < 0)
+		reason = R_DIFF_USER;
+	else if (!proof_ok(&cl->src, &cl->dst, cl->netns, tcp_fd))
+		reason = R_PROOF_FAILED;
+	if (reason == R_NONE) {
+		p->up = cfg.tx_size < acc->accept.rx_max ? cfg.tx_size : acc->accept.rx_max;
+		p->down = acc->accept.ring_size < cfg.rx_max ? acc->accept.ring_size : cfg.rx_max;
+		/* the kernel names the pair's maker: the only process this region goes to */
+		p->region = region_get(peerid_of_socket(pair, server), p->up, p->down, &out[0]);
+		p->sh = conn_shared_new();
+		if (!p->region || !p->sh)
+			reason = R_NO_MEMORY;
+	}
+	if (reason != R_NONE) {
+		decline_init(&m, acc->hdr.nonce, reason);
+		hs_msg_send(pair, &m, NULL, 0);
+		return reason;
+	}
+	clc_init(&m, CLC_CONFIRM, acc->hdr.nonce);
+	m.accept.pid = (uint32_t)sys_getpid();
+	m.accept.ring_size = p->up;
+	m.accept.rx_max = p->down;
+	m.accept.netns = cl->netns;
+	out[1] = cl->fd;
+	/* EPIPE: the server gave up first; anything else is ours (out of
+	 * descriptors): either way both use TCP, the server at once */
+	if (hs_msg_send(pair, &m, out, 2) == 0)
+		return R_NONE;
+	return errno == EPIPE ? R_TIMEOUT : R_HANDSHAKE_ERROR;
+}
+
+/* Put the pair end where the TCP socket was, keeping the fd's flags. */
+static void client_install(struct client *cl, int s, struct shm_parts *p)
+{
+	int fl = sys_fcntl(cl->fd, F_GETFL, 0);
+	int fdfl = sys_fcntl(cl->fd, F_GETFD, 0);
+	int domain = domain_of(cl->fd);
+	int tcp;
+
+	p->rcvtimeo_ms = fdv.copy_timeouts(cl->fd, s);
+	tcp = io_keep_copy(cl->fd, 0);
+	sys_dup3(s, cl->fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
+	fdv.release_kept(s);      /* the program's now, under cl->fd */
+	sys_close(s);
+	if (fl & O_NONBLOCK)            /* the server hands its end over blocking */
+		sys_fcntl(cl->fd, F_SETFL, O_NONBLOCK);
+	conn_shm(cl->fd, tcp, ROLE_CLIENT, p, &cl->src, &cl->dst, domain, (fl & O_NONBLOCK) != 0);
+}
+
+/*
+ * The connection stays on TCP, listed with why.  Where nobody listens
+ * through smclo (the common case of a client of some other server) the
+ * local address is not asked of the kernel: a system call per connection,
+ * 1.5-2% of the connection's CPU, for a column of `smclo stat` ("-").
+ */
+static int client_fallback(struct client *cl, int reason)
+{
+	struct ep peer = cl->dst;
+
+	if (cl->src.port == 0 && reason != R_PEER_NO_SMCLO)
+		ep_of_socket(cl->fd, 0, &cl->src);
+	DBG("connect fd %d: tcp (%s)", cl->fd, reason_text(reason));
+	conn_tcp(cl->fd, ROLE_CLIENT, reason, &cl->src, &peer);
+	return 0;
+}
+
+/* ACCEPT arrived: finish, or fall back; returns connect()'s result. */
+static int client_finish(struct client *cl, union clc_msg *acc, int fds[2])
+{
+	struct shm_parts parts = { 0 };
+	int reason = client_complete(cl, fds[0], acc, fds[1], &parts);
+
+	sys_close(fds[1]);
+	if (reason != R_NONE) {
+		sys_close(fds[0]);
+		parts_free(&parts);
+		return client_fallback(cl, reason);
+	}
+	DBG("connect fd %d: shm (ring tx %u rx %u)", cl->fd, parts.up, parts.down);
+	client_install(cl, fds[0], &parts);
+	return 0;
+}
+
+/* ---- client side: the inbox handshake (inbox.h) ------------------------ */
+
+static uint32_t min_u32(uint32_t a, uint32_t b)
+{
+	return a < b ? a : b;
+}
+
+/*
+ * Region and socket pair for an offer to the listener's process; -1 if not.
+ * Who reads the inbox cannot be asked of the kernel, so the region is one
+ * for the link the offer goes through (inbox_link, peerid.h), never for a
+ * pid the registry names: that is a number of the server's PID namespace.
+ */
+static int offer_prepare(struct client *cl, struct shm_parts *p, int pair[2],
+                         int fds[OFFER_FDS], union clc_msg *m, enum clc_type type)
+{
+	const struct listener_offer *lo = &cl->listener.offer;
+
+	if (!ring_size_valid(lo->tx_size) || !ring_size_valid(lo->rx_max))
+		return -1;
+	cl->via = inbox_link(&cl->listener, type == CLC_DIRECT ? lo->direct : lo->inbox);
+	if (cl->via == PEERID_NONE)
+		return -1;
+	p->up = min_u32(cfg.tx_size, lo->rx_max);
+	p->down = min_u32(lo->tx_size, cfg.rx_max);
+	p->region = region_get(cl->via, p->up, p->down, &fds[OFFER_FD_REGION]);
+	p->sh = conn_shared_new();
+	if (!p->region || !p->sh || pairs_take(pair) < 0) {
+		parts_free(p);
+		return -1;
+	}
+	atomic_store(&region_up(p->region)->offer, OFFER_OPEN);
+	clc_init(m, type, 0);          /* a CLC_DIRECT begins as a CLC_OFFER */
+	m->accept.pid = (uint32_t)sys_getpid();
+	m->accept.ring_size = p->up;
+	m->accept.rx_max = p->down;
+	m->accept.netns = cl->netns;
+	fds[OFFER_FD_TCP] = cl->fd;
+	fds[OFFER_FD_PAIR] = pair[1];
+	return 0;
+}
+
+/*
+ * Send a prepared offer to inbox @id of the listener's process; the
+ * server's end of the pair goes with it.  On failure everything the offer
+ * held is released.
+ */
+static int offer_send(struct client *cl, uint64_t id, const union clc_msg *m,
+                      const int fds[OFFER_FDS], int pair[2], struct shm_parts *p)
+{
+	if (inbox_send(&cl->listener, id, cl->via, m, fds) < 0) {
+		sys_close(pair[0]);
+		sys_close(pair[1]);
+		parts_free(p);
+		return -1;
+	}
+	sys_close(pair[1]);
+	return 0;
+}
+
+static int offer_reason(uint32_t w)
+{
+	int r = OFFER_REASON(w);
+
+	if (w == OFFER_WITHDRAWN)
+		return R_TIMEOUT;
+	return r > R_NONE && r < R_COUNT ? r : R_HANDSHAKE_ERROR;
+}
+
+/* ---- a connection whose offer is not decided yet ("pending") ----------- */
+
+static void resolve_all_before_fork(void);
+
+/*
+ * TCP is up and the offer is out: give the descriptor back to the
+ * application at once, as TCP's connect() would, and decide at its next
+ * call that needs to know (hs_resolve).  Writes that fit go into the ring
+ * meanwhile (tx_send_pending), so a request is already there when the
+ * server takes the offer, and a client that then reads is woken once, by
+ * the answer.  Returns -1 if the connection object cannot be made.
+ */
+static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
+{
+	static pthread_once_t fork_hook = PTHREAD_ONCE_INIT;
+	int fl = sys_fcntl(cl->fd, F_GETFL, 0);
+	struct conn *c;
+
+	if (!p->direct)                 /* a direct one bound its socket: src is known */
+		ep_of_socket(cl->fd, 0, &cl->src);
+	if (!(c = conn_new_shm(cl->fd, ROLE_CLIENT, p, &cl->src, &cl->dst, domain_of(cl->fd),
+	                       (fl & O_NONBLOCK) != 0)))
+		return -1;
+	/* registered now, after every constructor: it runs before their fork handlers */
+	pthread_once(&fork_hook, resolve_all_before_fork);
+	c->bell_fd = pair_end;          /* hidden, its send buffer sized (pairs.h) */
+	c->sh->rcvtimeo_ms = 0;                 /* looked up when it is the pair's */
+	c->pending_until_ms = mono_now_ms() + cfg.handshake_ms;
+	atomic_store(&c->pending, PENDING_OPEN);
+	fdv.bind_conn(c, cl->fd);
+	fdv.add_flags(cl->fd, FDF_PENDING);
+	DBG("connect fd %d: offer pending", cl->fd);
+	/* a pending connection holds three descriptors: where they are short
+	 * (fdview.h, budget_small), decide now and keep one */
+	if (fdv.budget_small())
+		hs_resolve(cl->fd, c, 0);
+	conn_put(c);
+	return 0;
+}
+
+/* The server took the offer: our end of the pair takes the descriptor's place. */
+static void pending_take(int fd, struct conn *c)
+{
+	int fl = sys_fcntl(fd, F_GETFL, 0), fdfl = sys_fcntl(fd, F_GETFD, 0);
+
+	c->sh->rcvtimeo_ms = fdv.copy_timeouts(fd, c->bell_fd) + 1;
+	c->tcp_fd = io_keep_copy(fd, 0);
+	sys_dup3(c->bell_fd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
+	fdv.release_kept(c->bell_fd);
+	sys_close(c->bell_fd);
+	c->bell_fd = -1;
+	conn_note_bell(c, fd);
+	if (fl & O_NONBLOCK)            /* options and flags set meanwhile went to the TCP socket */
+		sys_fcntl(fd, F_SETFL, O_NONBLOCK);
+	atomic_store(&c->sh->nonblock, (fl & O_NONBLOCK) != 0);
+	conn_go_lean(c);
+	stats_slot_decide(totals, c->slot, MODE_SHM, R_NONE);
+	DBG("connect fd %d: shm through the inbox (ring tx %u rx %u)", fd, c->tx_size, c->rx_size);
+}
+
+/*
+ * A direct connection that falls back has no TCP connection yet: make it
+ * now, as connect() would have (waiting at most the handshake timeout for
+ * a non-blocking socket).  If it fails, the descriptor is a socket whose
+ * connect failed, and the application's next call says so.
+ */
+static int pending_connect(int fd, struct conn *c, long until)
+{
+	struct sockaddr_storage ss;
+	socklen_t l = ep_to_sockaddr(&c->peer, (fdv.flags(fd) & FDF_INET6) ? AF_INET6 : AF_INET,
+	                             &ss);
+	int err = 0;
+	socklen_t el = sizeof(err);
+
+	c->direct = 0;
+	if (sys_connect(fd, &ss, l) == 0)
+		return 0;
+	if (errno != EINPROGRESS || wait_fd(fd, POLLOUT, until) < 0)
+		return -1;
+	sys_getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+	return err ? -1 : 0;
+}
+
+/*
+ * Nobody will read the ring: what the application wrote into it goes into
+ * the TCP socket, before anything else can, and the connection is TCP.
+ */
+static void pending_fall_back(int fd, struct conn *c, int reason)
+{
+	const uint8_t *data = ring_data(c->tx);
+	uint64_t n = c->sh->prod, done = 0;
+	long until = mono_now_ms() + cfg.handshake_ms;
+
+	if (c->direct && pending_connect(fd, c, until) < 0)
+		n = 0;          /* nowhere to put them: the connection failed */
+	while (done < n) {
+		ssize_t k = sys_send(fd, data + done, (size_t)(n - done), MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k > 0)
+			done += (uint64_t)k;
+		else if ((k < 0 && errno != EAGAIN && errno != EINTR) ||
+		         wait_fd(fd, POLLOUT, until) < 0)
+			break;  /* the connection is gone, or nobody reads: as TCP would lose it */
+	}
+	sys_close(c->bell_fd);
+	c->bell_fd = -1;
+	c->mode = MODE_TCP;
+	stats_slot_decide(totals, c->slot, MODE_TCP, reason);
+	DBG("connect fd %d: tcp (%s), %llu bytes replayed", fd, reason_text(reason),
+	    (unsigned long long)done);
+}
+
+void hs_resolve(int fd, struct conn *c, size_t reading)
+{
+	int open = PENDING_OPEN;
+	uint32_t w;
+
+	if (!atomic_compare_exchange_strong(&c->pending, &open, PENDING_DECIDING)) {
+		/* another thread decides; its wait is bounded */
+		while (atomic_load(&c->pending) == PENDING_DECIDING)
+			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
+		return;
+	}
+	/* a read that may time out waits for the decision only: its own wait honours
+	 * SO_RCVTIMEO (the decision comes within the handshake timeout) */
+	if (reading && !fdv.may_have_timeouts(fd)) {
+		int interrupted;
+		w = offer_wait_reading(region_up(c->region),
+		                       reading < c->rx_size ? (uint32_t)reading : c->rx_size,
+		                       c->pending_until_ms, &interrupted);
+		if (interrupted && w == OFFER_TAKEN)
+			rx_note_interrupted();  /* for the read in the ring that follows */
+	} else {
+		w = offer_wait(region_up(c->region), c->pending_until_ms);
+	}
+	sh_lock(&c->sh->tx_lock);       /* no pending write is half done */
+	if (w == OFFER_TAKEN)
+		pending_take(fd, c);
+	else
+		pending_fall_back(fd, c, offer_reason(w));
+	fdv.set_flags(fd, fdv.flags(fd) & ~FDF_PENDING);
+	atomic_store(&c->pending, PENDING_NONE);
+	sh_unlock(&c->sh->tx_lock);
+}
+
+void hs_resolve_fd(int fd)
+{
+	struct conn *c;
+
+	if (!(fdv.flags(fd) & FDF_PENDING) || sys_in_vfork_child() || !(c = fdv.get_conn(fd)))
+		return;         /* a vfork child would decide in its parent's memory */
+	if (atomic_load(&c->pending) != PENDING_NONE)
+		hs_resolve(fd, c, 0);
+	conn_put(c);
+}
+
+static void resolve_one(int fd, struct conn *c, void *arg)
+{
+	if (atomic_load(&c->pending) != PENDING_NONE)
+		hs_resolve(fd, c, 0);
+}
+
+/* A child must not inherit an undecided connection: decide them all first. */
+void hs_resolve_all(void)
+{
+	fdv.for_each_conn(resolve_one, NULL);
+}
+
+static void resolve_all_before_fork(void)
+{
+	pthread_atfork(hs_resolve_all, NULL, NULL);
+}
+
+/*
+ * The offer goes to the inbox before the SYN; then the TCP connect.  Returns
+ * -1 if the offer could not be sent (nothing has happened yet: the
+ * rendezvous handshake takes over), else 0 with *rc and errno as connect()
+ * leaves them.
+ */
+static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t len, int *rc)
+{
+	struct shm_parts p = { 0 };
+	union clc_msg m;
+	int pair[2], fds[OFFER_FDS], timed_out, e;
+	uint32_t w;
+
+	if (offer_prepare(cl, &p, pair, fds, &m, CLC_OFFER) < 0 ||
+	    offer_send(cl, cl->listener.offer.inbox, &m, fds, pair, &p) < 0)
+		return -1;
+	*rc = client_tcp_connect(cl, sa, len, &timed_out);
+	e = errno;
+	if (*rc == 0 && client_pending(cl, pair[0], &p) == 0)
+		return 0;
+	/* a connect that failed outright reached no server: nobody can take it */
+	w = *rc == 0 || timed_out ? offer_wait(region_up(p.region), mono_now_ms() + cfg.handshake_ms) :
+	    offer_withdraw(region_up(p.region));
+	ep_of_socket(cl->fd, 0, &cl->src);
+	if (w == OFFER_TAKEN) {
+		DBG("connect fd %d: shm through the inbox (ring tx %u rx %u)", cl->fd, p.up, p.down);
+		client_install(cl, pair[0], &p);
+		*rc = 0;
+		return 0;
+	}
+	sys_close(pair[0]);
+	parts_free(&p);
+	if (*rc == 0 || timed_out)
+		client_fallback(cl, offer_reason(w));
+	errno = e;
+	return 0;
+}
+
+/*
+ * A direct connection has an address of its own, as TCP's would: the
+ * socket is bound to the destination's address (a local one) and an
+ * ephemeral port, unless the application bound it.
+ */
+static int direct_bind(struct client *cl)
+{
+	struct sockaddr_storage ss;
+	struct ep here = cl->dst;
+	socklen_t l;
+
+	if (ep_of_socket(cl->fd, 0, &cl->src) < 0)
+		return -1;
+	if (cl->src.port)
+		return 0;
+	here.port = 0;
+	l = ep_to_sockaddr(&here, (fdv.flags(cl->fd) & FDF_INET6) ? AF_INET6 : AF_INET, &ss);
+	if (sys_bind(cl->fd, &ss, l) < 0 || ep_of_socket(cl->fd, 0, &cl->src) < 0)
+		return -1;
+	return 0;
+}
+
+/*
+ * The direct handshake: the listener's process takes connections without
+ * TCP (it waits in accept() where it sees the listener's direct inbox), so
+ * the offer is the whole set-up - no SYN, no TCP connection, nothing to
+ * reset at close.  connect() returns at once and the connection is pending
+ * like any inbox offer's (hs_resolve); if the server does not take it, the
+ * TCP connection is made then and what was written is replayed into it.
+ * Returns -1 if the offer could not be sent (the socket may be bound now).
+ */
+static int client_direct(struct client *cl)
+{
+	struct shm_parts p = { .direct = 1 };
+	union clc_msg m;
+	int pair[2], fds[OFFER_FDS];
+
+	/* the family for bind() and a later connect() comes from the fd table */
+	if (!(fdv.flags(cl->fd) & FDF_KNOWN) || direct_bind(cl) < 0 ||
+	    offer_prepare(cl, &p, pair, fds, &m, CLC_DIRECT) < 0)
+		return -1;
+	memcpy(m.direct.dst_ip, cl->dst.ip, sizeof(m.direct.dst_ip));
+	m.direct.dst_port = cl->dst.port;
+	if (offer_send(cl, cl->listener.offer.direct, &m, fds, pair, &p) < 0)
+		return -1;
+	if (client_pending(cl, pair[0], &p) == 0)
+		return 0;
+	/* no memory for the connection: a server that took it sees the pair hang up */
+	offer_withdraw(region_up(p.region));
+	sys_close(pair[0]);
+	parts_free(&p);
+	return -1;
+}
+
+int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	struct client cl = { .fd = fd, .rendezvous = -1 };
+	union clc_msg acc;
+	int reason, timed_out, fds[2];
+
+	if (ep_from_sockaddr(&cl.dst, sa, len) < 0)
+		return sys_connect(fd, sa, len);
+	if (!payoff_worth_offering(&cl.dst)) {
+		/* counted, not listed: it would be gone before anyone looked */
+		stats_slot_decide(totals, NULL, MODE_TCP, R_SHORT_LIVED);
+		return sys_connect(fd, sa, len);
+	}
+	reason = client_precheck(&cl);
+	if (reason == R_NONE && cl.listener.exclusive && cfg.inbox) {
+		int rc;
+		if (cl.listener.offer.direct && cfg.direct && client_direct(&cl) == 0)
+			return 0;
+		if (client_offer(&cl, sa, len, &rc) == 0)
+			return rc;
+	}
+	if (reason == R_NONE && client_bind(&cl) < 0)
+		reason = R_NO_PORT;
+	if (reason == R_NONE)
+		reason = client_rendezvous_open(&cl);
+	if (reason != R_NONE) {
+		int rc, e;
+
+		client_restore_reuse(&cl);
+		rc = sys_connect(fd, sa, len);
+		e = errno;
+		if (rc < 0 && e != EINPROGRESS)
+			return -1;
+		client_fallback(&cl, reason);
+		errno = e;
+		return rc;
+	}
+	if (client_tcp_connect(&cl, sa, len, &timed_out) < 0) {
+		int e = errno;
+		client_rendezvous_close(&cl);
+		client_restore_reuse(&cl);
+		if (timed_out)
+			client_fallback(&cl, R_TIMEOUT);
+		errno = e;
+		return -1;
+	}
+	client_restore_reuse(&cl);
+	ep_of_socket(fd, 0, &cl.src);        /* the address the route chose, now known */
+	reason = client_wait_accept(&cl, &acc, fds);
+	client_rendezvous_close(&cl);
+	if (reason != R_NONE)
+		return client_fallback(&cl, reason);
+	return client_finish(&cl, &acc, fds);
+}

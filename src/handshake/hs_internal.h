@@ -1,0 +1,110 @@
+/*
+ * hs_internal.h - what the handshake's files share among themselves (not
+ * for the layers above: they include handshake.h and fdview.h).
+ */
+#ifndef SMCLO_HS_INTERNAL_H
+#define SMCLO_HS_INTERNAL_H
+
+#include "handshake.h"
+#include "fdview.h"
+
+#include "addr.h"
+#include "clc.h"
+#include "config.h"
+#include "conn.h"
+#include "inbox.h"
+#include "log.h"
+#include "sys.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The descriptor table's hooks (install.c, set by hs_set_fd_hooks). */
+extern struct hs_fd_hooks fdv;
+
+/* ---- proof.c ------------------------------------------------------------ */
+
+uint64_t netns_cookie(int fd);
+int sock_is_tcp(int fd);
+/* Is @dst an address of this host (of our network namespace)? */
+int dst_is_local(const struct ep *dst);
+/* io_uring bypasses libc: such a process cannot be served through shared memory. */
+int io_uring_in_use(void);
+/* What socket @fd was created as: AF_INET, AF_INET6 or AF_SMC. */
+int domain_of(int fd);
+/* The process that made socket pair @s, if its user may attach; else -1. */
+pid_t peer_pid_allowed(int s);
+/* Is @theirs the other end of our TCP connection @local -> @peer in @netns? */
+int proof_ok(const struct ep *local, const struct ep *peer, uint64_t netns, int theirs);
+/* The rest of the proof once the addresses of @theirs are known to mirror ours. */
+int proof_same_host(const struct ep *local, uint64_t netns, int theirs);
+
+/* ---- messages.c --------------------------------------------------------- */
+
+/* Wait until @fd has @events, or @deadline (mono_now_ms) passes: 0 or -1. */
+int wait_fd(int fd, short events, long deadline);
+int hs_msg_send(int s, const union clc_msg *m, const int *fds, int nfds);
+/* clc_recv(), waiting until @deadline for the message to arrive. */
+int hs_msg_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m, int *fds, int want,
+                long deadline);
+void decline_init(union clc_msg *m, uint64_t nonce, int reason);
+
+/* ---- install.c ---------------------------------------------------------- */
+
+/* The shared memory of a connection being set up. */
+struct shm_parts {
+	struct region *region;
+	struct conn_shared *sh;
+	uint32_t up, down;      /* ring data sizes, client->server and back */
+	int rcvtimeo_ms;        /* SO_RCVTIMEO carried over (fdview.h, copy_timeouts) */
+	int direct;             /* set up without a TCP connection (conn.direct) */
+};
+
+/* A connection left on TCP, bound to @fd: listed with its reason. */
+struct conn *conn_tcp(int fd, int role, int reason, const struct ep *l, const struct ep *p);
+void parts_free(struct shm_parts *p);
+/* A shared-memory connection made of @p (which it takes), not yet bound. */
+struct conn *conn_new_shm(int slot_fd, int role, struct shm_parts *p, const struct ep *l,
+                          const struct ep *r, int domain, int nonblock);
+/* Under a small descriptor budget: drop what a connection can do without. */
+void conn_go_lean(struct conn *c);
+/* A shared-memory connection made of @p, bound to @app_fd. */
+void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p, const struct ep *l,
+              const struct ep *r, int domain, int nonblock);
+
+/* ---- server.c ----------------------------------------------------------- */
+
+struct server {
+	int fd;                 /* accepted TCP socket (-1: direct) */
+	int lfd;                /* direct: the listener */
+	int direct;             /* a direct offer: no TCP connection */
+	struct ep listen_addr;  /* direct: what the listener is bound to */
+	int flags;              /* accept4() flags */
+	struct ep local, peer;
+	uint64_t netns;
+	char key[96];
+	int rendezvous;         /* O_PATH descriptor of the client's p/<key> */
+	uint64_t nonce;
+	int s;                  /* our end of the socket pair, or -1 */
+};
+
+/* The process's one socket that sends every ACCEPT and DECLINE, or -1. */
+int answer_sock_get(void);
+/* Reasons not to try at all; R_NONE means go ahead. */
+int server_precheck(void);
+int server_take_offer(struct server *sv, const union clc_msg *m, int fds[OFFER_FDS]);
+
+/* ---- direct.c ----------------------------------------------------------- */
+
+void listener_leave_direct(int fd);
+/* After listener @lfd took an smclo client's offer: the next may come without TCP. */
+void listener_go_direct(int lfd);
+/* Listener @fd is closed: offers queued at its direct inbox go back to TCP. */
+void direct_listener_closed(int fd);
+
+/* ---- listener.c --------------------------------------------------------- */
+
+/* An entry for listener @fd naming @offer; returns its (hidden) lock, or -1. */
+int listener_register(int fd, const struct listener_offer *offer);
+
+#endif

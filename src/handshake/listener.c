@@ -1,0 +1,166 @@
+/*
+ * listener.c - a listener's entry in the registry: made at listen(),
+ * marked unreachable before the process becomes a user who cannot use the
+ * registry (or changes root), made anew in a fork child, removed at close.
+ */
+#include "hs_internal.h"
+
+#include "io.h"
+#include "registry.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+
+int hs_listen_bound(int fd)
+{
+	struct ep e;
+
+	if (ep_of_socket(fd, 0, &e) < 0 || e.port == 0)
+		return -1;
+	hs_listen(fd);
+	return (fdv.flags(fd) & FDF_LISTENING) ? 0 : -1;
+}
+
+/* An entry for listener @fd naming @offer; returns its (hidden) lock, or -1. */
+/*
+ * This process is about to become a user who cannot use the registry (a
+ * daemon dropping root after listen(), as nginx's workers do): while it
+ * still can, every listener entry of its own says so, and clients use TCP
+ * at once (no-registry) instead of waiting out their handshake timeout at
+ * a rendezvous nobody here can see.
+ */
+static int registry_unreachable;
+
+static void listener_mark_unreachable(int fd)
+{
+	struct listener_offer none = { 0 };
+	int lock, old;
+
+	if (fdv.flags(fd) & FDF_DIRECT)
+		listener_leave_direct(fd);
+	hs_listener_no_direct(fd);
+	if ((lock = listener_register(fd, &none)) < 0)
+		return;
+	old = fdv.take_listen_lock(fd);
+	fdv.set_listen_lock(fd, lock);
+	if (old >= 0)
+		registry_lock_remove(registry_fd, "l", old);
+}
+
+static void listeners_unreachable(const char *why)
+{
+	if (registry_fd < 0 || registry_unreachable)
+		return;
+	registry_unreachable = 1;
+	fdv.for_each_listener(listener_mark_unreachable);
+	DBG("%s: listeners marked for TCP", why);
+}
+
+void hs_user_changing(uid_t euid)
+{
+	if (euid != (uid_t)-1 && euid != geteuid() && !registry_usable_by(euid))
+		listeners_unreachable("the new effective uid cannot use the registry");
+}
+
+/*
+ * After chroot(): a server answers a client's rendezvous through the path
+ * /proc/self/fd/N/p/<key>, which a root without /proc does not have (the
+ * inbox and direct handshakes need no path, but clients cannot tell which
+ * they will get).  The entries are made again while the registry
+ * directory, opened before, still takes them.
+ */
+void hs_chrooted(void)
+{
+	if (access("/proc/self/fd", X_OK) < 0)
+		listeners_unreachable("no /proc in the new root");
+}
+
+int listener_register(int fd, const struct listener_offer *offer)
+{
+	struct ep e;
+	unsigned flags = 0;
+	int v = 0, lock;
+	socklen_t l = sizeof(v);
+
+	if (registry_fd < 0 || ep_of_socket(fd, 0, &e) < 0)
+		return -1;
+	if (sys_getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v, &l) == 0 && v)
+		flags |= LISTEN_F_V6ONLY;
+	v = 0;
+	l = sizeof(v);
+	if (sys_getsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &v, &l) == 0 && v)
+		flags |= LISTEN_F_DEFER;
+	if (registry_unreachable)
+		flags |= LISTEN_F_UNREACHABLE;
+	lock = registry_listener_add(registry_fd, &e, netns_cookie(fd), flags, offer);
+	if (lock >= 0)
+		DBG("listen fd %d: registered port %u, inbox %llx", fd, e.port,
+		    (unsigned long long)offer->inbox);
+	return lock < 0 ? -1 : io_keep_fd(lock);
+}
+
+void hs_listen(int fd)
+{
+	struct listener_offer offer = { .inbox = inbox_id(), .tx_size = cfg.tx_size,
+	                                .rx_max = cfg.rx_max };
+	int lock;
+	uint16_t f = fdv.flags(fd);
+
+	/*
+	 * A server that can make neither an inbox nor the socket it answers
+	 * rendezvous through (out of descriptors) could not take a client:
+	 * unannounced, its clients use TCP at once instead of waiting.
+	 */
+	if (!offer.inbox && answer_sock_get() < 0)
+		return;
+	lock = listener_register(fd, &offer);
+	if (lock < 0)
+		return;
+	fdv.set_listen_lock(fd, lock);
+	if (!(f & FDF_KNOWN) && domain_of(fd) == AF_INET6)
+		f |= FDF_INET6;         /* inherited: asked once, here */
+	if (!(f & FDF_KNOWN))
+		f |= FDF_TIMEOUTS;      /* and whatever options it came with, not known */
+	fdv.set_flags(fd, FDF_TCP | FDF_KNOWN | FDF_LISTENING |
+	             (f & (FDF_SMC | FDF_INET6 | FDF_TIMEOUTS | FDF_NO_DIRECT)));
+}
+
+/*
+ * A fork child may accept on every listener it inherited: it adds an entry
+ * of its own, without an inbox, so clients see that more than one process
+ * accepts there and use the rendezvous.  The entry lives as long as the
+ * child holds the listener: across exec too when the listener survives it.
+ */
+static void listener_forked(int fd)
+{
+	struct listener_offer none = { 0 };
+	int old = fdv.take_listen_lock(fd), lock = listener_register(fd, &none);
+
+	if (old >= 0)
+		sys_close(old);
+	/* the parent's direct inbox is not the child's (inbox.c drops the copy) */
+	fdv.set_flags(fd, (fdv.flags(fd) & ~FDF_DIRECT) | FDF_NO_DIRECT);
+	if (lock < 0)
+		return;
+	if (!(sys_fcntl(fd, F_GETFD, 0) & FD_CLOEXEC))
+		sys_fcntl(lock, F_SETFD, 0);
+	fdv.set_listen_lock(fd, lock);
+}
+
+void hs_after_fork(void)
+{
+	fdv.for_each_listener(listener_forked);
+}
+
+void hs_listener_closed(int fd)
+{
+	int lock = fdv.take_listen_lock(fd);
+
+	/* a fork child holds an entry of its own (listener_forked) */
+	if (lock >= 0)
+		sys_close(lock);
+	direct_listener_closed(fd);
+}

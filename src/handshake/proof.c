@@ -1,0 +1,143 @@
+/*
+ * proof.c - what the handshake knows of the sockets and processes at both
+ * ends: the network namespace a socket lives in, whether a destination is
+ * on this host, whether this process uses io_uring (which bypasses libc),
+ * who made a socket pair, and the same-connection proof.
+ *
+ * Same-connection proof: each side hands the other its TCP socket.  The
+ * receiver checks that the addresses are mirror images and that both sockets
+ * live in one network namespace (where the kernel keeps the 4-tuple unique),
+ * or, across namespaces, that the client reached a non-loopback address.
+ * Identities come from the kernel: SO_PEERCRED of the pair the server made,
+ * the owner of the ring the client made; nothing rests on a random number.
+ */
+#include "hs_internal.h"
+
+#include "io.h"
+#include "peerid.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <string.h>
+
+uint64_t netns_cookie(int fd)
+{
+	uint64_t c = 0;
+	socklen_t l = sizeof(c);
+
+	sys_getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &c, &l);
+	return c;
+}
+
+int sock_is_tcp(int fd)
+{
+	int v = 0;
+	socklen_t l = sizeof(v);
+
+	return sys_getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &v, &l) == 0 && v == IPPROTO_TCP;
+}
+
+/* Is @dst an address of our own network namespace? */
+int dst_is_local(const struct ep *dst)
+{
+	struct sockaddr_in6 s = { .sin6_family = AF_INET6 };
+	struct sockaddr_in s4 = { .sin_family = AF_INET };
+	int v4 = ep_is_v4(dst);
+	int fd = sys_socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int rc;
+
+	if (fd < 0)
+		return 0;
+	memcpy(&s.sin6_addr, dst->ip, 16);
+	memcpy(&s4.sin_addr, dst->ip + 12, 4);
+	rc = v4 ? sys_bind(fd, &s4, sizeof(s4)) : sys_bind(fd, &s, sizeof(s));
+	sys_close(fd);
+	return rc == 0;
+}
+
+/* io_uring bypasses libc: such a process cannot be served through shared memory. */
+int io_uring_in_use(void)
+{
+	static _Atomic long checked_at = -1000;
+	static _Atomic int found;
+	long now = mono_now_ms();
+	struct dirent *de;
+	DIR *d;
+	int hit = 0;
+
+	if (now - atomic_load(&checked_at) < 100)
+		return atomic_load(&found);
+	d = opendir("/proc/self/fd");
+	while (d && !hit && (de = readdir(d)) != NULL) {
+		char link[64];
+		ssize_t n = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = '\0';
+			hit = strcmp(link, "anon_inode:[io_uring]") == 0;
+		}
+	}
+	if (d)
+		closedir(d);
+	atomic_store(&found, hit);
+	atomic_store(&checked_at, now);
+	return hit;
+}
+
+/* What the socket was created as: known without a system call for the
+ * sockets socket() and accept() made here (FDF_INET6). */
+int domain_of(int fd)
+{
+	uint16_t f = fdv.flags(fd);
+	int v = AF_INET;
+	socklen_t l = sizeof(v);
+
+	if (f & FDF_SMC)
+		return 43;      /* AF_SMC */
+	if (f & FDF_KNOWN)
+		return (f & FDF_INET6) ? AF_INET6 : AF_INET;
+	sys_getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &l);
+	return v;
+}
+
+/* ---- checks on what the peer handed us ---------------------------------- */
+
+/*
+ * The process that made socket pair @s, if its user may attach; else -1.
+ * 0: a process in a PID namespace we cannot see (another container's) -
+ * allowed all the same, the pid only serves to recognise it (peerid.h).
+ */
+pid_t peer_pid_allowed(int s)
+{
+	struct ucred cr;
+	socklen_t l = sizeof(cr);
+
+	if (sys_getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &l) < 0 ||
+	    !config_uid_allowed(&cfg, cr.uid))
+		return -1;
+	return cr.pid;
+}
+
+/* The rest of the proof once the addresses of @theirs are known to mirror ours. */
+int proof_same_host(const struct ep *local, uint64_t netns, int theirs)
+{
+	if (!sock_is_tcp(theirs))
+		return 0;
+	if (netns_cookie(theirs) == netns)
+		return 1;
+	return cfg.cross_netns && !ep_is_loopback(local);
+}
+
+/*
+ * Is @theirs the other end of our TCP connection @local -> @peer in the
+ * namespace @netns?  (see top of file)
+ */
+int proof_ok(const struct ep *local, const struct ep *peer, uint64_t netns, int theirs)
+{
+	struct ep tl, tp;
+
+	if (ep_of_socket(theirs, 0, &tl) || ep_of_socket(theirs, 1, &tp) ||
+	    !ep_equal(local, &tp) || !ep_equal(peer, &tl))
+		return 0;
+	return proof_same_host(local, netns, theirs);
+}
