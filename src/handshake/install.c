@@ -13,9 +13,39 @@
 #include <errno.h>
 #include <string.h>
 
-/* The descriptor table's answers (fdview.h), set by the front end at start. */
-struct hs_fd_hooks fdv;
+/*
+ * Before a front end registers its table - a wrapper called from another
+ * library's constructor, or with SMCLO_DISABLE set, when the shim never
+ * makes one - no descriptor is known: what the table itself answers for a
+ * number beyond it.
+ */
+static uint16_t no_flags(int fd) { return 0; }
+static void no_set_flags(int fd, uint16_t flags) { }
+static void no_bind_conn(struct conn *c, int fd) { }
+static struct conn *no_get_conn(int fd) { return NULL; }
+static void no_for_each_conn(void (*fn)(int fd, struct conn *c, void *arg), void *arg) { }
+static int no_count(int fd) { return 0; }
+static int no_kernel_accepts(int fd, int delta) { return 0; }
+static void no_set_listen_lock(int fd, int lockfd) { }
+static int no_take_listen_lock(int fd) { return -1; }
+static void no_for_each_listener(void (*fn)(int fd)) { }
+static void no_release_kept(int fd) { }
+static int no_budget_small(void) { return 0; }
+static int no_copy_timeouts(int from_tcp, int to_unix) { return 0; }
+static int no_may_have_timeouts(int fd) { return 1; }
 
+/* The descriptor table's answers (fdview.h), set by the front end at start. */
+struct hs_fd_hooks fdv = {
+	.flags = no_flags, .set_flags = no_set_flags, .add_flags = no_set_flags,
+	.bind_conn = no_bind_conn, .get_conn = no_get_conn, .for_each_conn = no_for_each_conn,
+	.epoll_early = no_count, .kernel_accepts = no_kernel_accepts,
+	.set_listen_lock = no_set_listen_lock, .take_listen_lock = no_take_listen_lock,
+	.for_each_listener = no_for_each_listener, .release_kept = no_release_kept,
+	.budget_small = no_budget_small, .copy_timeouts = no_copy_timeouts,
+	.may_have_timeouts = no_may_have_timeouts,
+};
+
+/* A front end gives every hook (fdview.h): a NULL one would be called. */
 void hs_set_fd_hooks(const struct hs_fd_hooks *h)
 {
 	fdv = *h;
