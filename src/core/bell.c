@@ -265,6 +265,41 @@ int bell_sleep(struct conn *c, int fd, uint32_t seq)
 }
 
 /*
+ * Another thread's shutdown(SHUT_RD) cannot make our doorbell socket
+ * readable: only the peer queues messages there, and shutting the socket
+ * down would fail the peer's doorbells with EPIPE (it would take us for
+ * gone, where a TCP peer writes on).  So the long sleep looks at SH_SHUT_RD
+ * every SHUT_LOOK_MS: the read that shutdown ends returns within that.
+ */
+#define SHUT_LOOK_MS 500
+
+int bell_wait_readable(struct conn *c, int fd)
+{
+	int timeo = io_rcvtimeo_ms(c, fd);
+	long long end = timeo > 0 ? mono_now_ms() + timeo : 0;
+
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		long long left = end ? end - mono_now_ms() : SHUT_LOOK_MS;
+		int n;
+
+		if (atomic_load(&c->sh->flags) & SH_SHUT_RD)
+			return 1;
+		if (left <= 0)
+			return -EAGAIN;         /* SO_RCVTIMEO, as recv() would */
+		n = sys_poll(&p, 1, (int)(left < SHUT_LOOK_MS ? left : SHUT_LOOK_MS));
+		if (n > 0)
+			return 0;
+		/* poll() is never restarted; a recv() would have been, unless a
+		 * handler without SA_RESTART ran or SO_RCVTIMEO is set */
+		if (n < 0 && errno == EINTR && (timeo > 0 || !bell_signals_restart()))
+			return -EINTR;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+/*
  * The doorbell socket's send buffer (SIDE_SNDBUF) leaves the descriptor
  * writable with up to 4 doorbells queued; 6 make it unwritable with one to
  * spare.  More would only be more system calls for the reader to undo.
