@@ -11,7 +11,6 @@
  */
 #include "fdtab.h"
 
-#include "region.h"
 #include "sys.h"
 
 #include <errno.h>

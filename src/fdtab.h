@@ -39,7 +39,7 @@ extern int fd_soft_limit;      /* RLIMIT_NOFILE's soft limit, as last seen */
 extern _Atomic int fd_options_shared;
 
 /*
- * The descriptor table (conn.c): one entry per descriptor number.  The two
+ * The descriptor table (fdtab.c): one entry per descriptor number.  The two
  * lookups every wrapper makes are inline, so a plain descriptor costs a
  * bounds check and a load, with no call.
  */
@@ -124,7 +124,7 @@ void conn_close_fd(int fd);
  * of the process itself; not a vfork child, whose parent goes on with it).
  */
 void conn_reset_for_exec(int fd, int leave);
-/* The same, keeping @fd open. */
+/* A copy of @fd kept as one of smclo's own (in the hidden range if it can be). */
 int fd_dup_hidden(int fd);
 /*
  * Is @fd one of smclo's own descriptors (made by fd_hide or fd_dup_hidden)

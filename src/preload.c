@@ -14,6 +14,7 @@
  */
 #include "config.h"
 #include "fdtab.h"
+#include "fdview.h"
 #include "conn.h"
 #include "deferred.h"
 #include "handover.h"

@@ -59,7 +59,7 @@ static struct fa_list *fa_lists;
 
 __attribute__((constructor)) static void spawn_init(void)
 {
-	fork_guard(&fa_lock);
+	fork_guard(&fa_lock, FORK_RANK_FRONT);
 }
 
 /* With fa_lock held. */

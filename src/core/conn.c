@@ -89,7 +89,7 @@ void conn_note_bell(struct conn *c, int fd)
 
 __attribute__((constructor)) static void conn_locks_init(void)
 {
-	fork_guard(&pool_lock);
+	fork_guard(&pool_lock, FORK_RANK_CORE);
 }
 
 void sh_lock(pthread_mutex_t *m)

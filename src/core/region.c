@@ -49,7 +49,7 @@ static uint64_t clock_ticks;
 
 __attribute__((constructor)) static void region_init(void)
 {
-	fork_guard(&lock);
+	fork_guard(&lock, FORK_RANK_CORE);
 }
 
 static size_t layout_len(uint32_t up, uint32_t down)

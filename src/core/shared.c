@@ -56,7 +56,7 @@ static struct conn_shared *free_slots;  /* ours, linked through tx_lock's bytes 
 
 __attribute__((constructor)) static void shared_init(void)
 {
-	fork_guard(&lock);
+	fork_guard(&lock, FORK_RANK_CORE);
 }
 
 static void robust_init(pthread_mutex_t *m)

@@ -98,7 +98,7 @@ static pthread_mutex_t direct_lock = PTHREAD_MUTEX_INITIALIZER;
 
 __attribute__((constructor)) static void direct_init(void)
 {
-	fork_guard(&direct_lock);
+	fork_guard(&direct_lock, FORK_RANK_HANDSHAKE);   /* held around inbox calls */
 }
 
 /* Make blocking listener @lfd direct, or mark it never to be (lock held). */

@@ -13,7 +13,7 @@
  * client costs a server no system call here.
  *
  * A listener that takes connections without TCP (the direct handshake,
- * client.c) has an inbox of its own besides: every message there is a
+ * direct.c) has an inbox of its own besides: every message there is a
  * direct offer for that listener, so it needs no stash and no count.
  *
  * Client side: a few connected sockets to the inboxes recently used, so an
@@ -73,8 +73,8 @@ static pthread_mutex_t links_lock = PTHREAD_MUTEX_INITIALIZER;
 
 __attribute__((constructor)) static void inbox_init(void)
 {
-	fork_guard(&inbox_lock);
-	fork_guard(&links_lock);
+	fork_guard(&inbox_lock, FORK_RANK_HANDSHAKE + 1);
+	fork_guard(&links_lock, FORK_RANK_HANDSHAKE + 2);
 	for (int i = 0; i < DIRECT_MAX; i++)
 		directs[i].sock = -1;
 }

@@ -8,16 +8,16 @@
 
 #include "io.h"
 #include "region.h"
-#include "registry.h"
 
-#include <errno.h>
 #include <string.h>
 
 /*
  * Before a front end registers its table - a wrapper called from another
  * library's constructor, or with SMCLO_DISABLE set, when the shim never
- * makes one - no descriptor is known: what the table itself answers for a
- * number beyond it.
+ * makes one - the hooks know no descriptor: no flags, no connection, no
+ * listener lock, no option carried over.  Only the calls that only look
+ * (hs_listener_no_direct from setsockopt, fcntl, poll) get this far then;
+ * no handshake starts without an active shim.
  */
 static uint16_t no_flags(int fd) { return 0; }
 static void no_set_flags(int fd, uint16_t flags) { }

@@ -8,11 +8,10 @@
 #include "io.h"
 #include "registry.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
+#include <unistd.h>
 
 int hs_listen_bound(int fd)
 {
@@ -24,7 +23,6 @@ int hs_listen_bound(int fd)
 	return (fdv.flags(fd) & FDF_LISTENING) ? 0 : -1;
 }
 
-/* An entry for listener @fd naming @offer; returns its (hidden) lock, or -1. */
 /*
  * This process is about to become a user who cannot use the registry (a
  * daemon dropping root after listen(), as nginx's workers do): while it

@@ -35,7 +35,7 @@ int payoff_worth_offering(const struct ep *dst);
  * writes that moved data, @bytes in both directions. */
 void payoff_record(const struct ep *dst, uint32_t calls, uint64_t bytes);
 /*
- * A client's connection to @dst was set up without TCP (direct.c, direct
+ * A client's connection to @dst was set up without TCP (client.c, the direct
  * handshake), which costs less than TCP's: it paid whatever it carried, so
  * the destination's streak of short ones starts again.
  */

@@ -13,11 +13,7 @@
  */
 #include "hs_internal.h"
 
-#include "io.h"
-#include "peerid.h"
-
 #include <dirent.h>
-#include <errno.h>
 #include <netinet/in.h>
 #include <string.h>
 

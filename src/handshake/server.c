@@ -9,7 +9,6 @@
 #include "region.h"
 #include "registry.h"
 
-#include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 

@@ -428,7 +428,7 @@ static pthread_mutex_t lookup_lock = PTHREAD_MUTEX_INITIALIZER;
 
 __attribute__((constructor)) static void lookup_init(void)
 {
-	fork_guard(&lookup_lock);
+	fork_guard(&lookup_lock, FORK_RANK_REGISTRY);
 }
 
 static long long clock_ns(clockid_t clk)

@@ -82,7 +82,7 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
 __attribute__((constructor)) static void table_lock_init(void)
 {
-	fork_guard(&table_lock);
+	fork_guard(&table_lock, FORK_RANK_REGISTRY);
 }
 
 static int fold_if_dead(int dirfd, const char *sub, const char *name, void *arg);
