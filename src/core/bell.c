@@ -278,6 +278,12 @@ int bell_wait_readable(struct conn *c, int fd)
 	int timeo = io_rcvtimeo_ms(c, fd);
 	long long end = timeo > 0 ? mono_now_ms() + timeo : 0;
 
+	/* the file's own flag decides, as it did for the recv() that slept
+	 * here before: a description made non-blocking behind our back (by
+	 * another process sharing it) must not make us wait */
+	if (sys_fcntl(fd, F_GETFL, 0) & O_NONBLOCK)
+		return -EAGAIN;
+
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		long long left = end ? end - mono_now_ms() : SHUT_LOOK_MS;

@@ -470,7 +470,8 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 	struct conn_shared *sh = c->sh;
 	int peek = flags & MSG_PEEK;
 	int waitall = (flags & MSG_WAITALL) && !peek;
-	int dontwait = flags & MSG_DONTWAIT;
+	int dontwait = (flags & MSG_DONTWAIT) ||
+	               atomic_load_explicit(&sh->nonblock, memory_order_relaxed);
 	size_t total = 0, got = 0;
 	int err = 0, idle_loops = 0;
 
@@ -486,8 +487,7 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 		total += iov[k].iov_len;
 	if (total == 0)
 		return 0;
-	if (io_lock(&sh->rx_lock, &c->rx_hold,
-	            dontwait || atomic_load_explicit(&sh->nonblock, memory_order_relaxed)) < 0) {
+	if (io_lock(&sh->rx_lock, &c->rx_hold, dontwait) < 0) {
 		errno = EAGAIN;         /* another thread's peek */
 		return -1;
 	}

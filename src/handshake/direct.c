@@ -80,8 +80,8 @@ static void direct_refuse(const union clc_msg *m, int fds[OFFER_FDS])
 	sys_close_all(fds, OFFER_FDS);
 }
 
-/* Listener @fd takes connections through TCP again. */
-void listener_leave_direct(int fd)
+/* Listener @fd takes connections through TCP again (direct_lock held). */
+static void listener_leave_direct(int fd)
 {
 	listener_reregister(fd, 0);
 	fdv.set_flags(fd, fdv.flags(fd) & ~FDF_DIRECT);

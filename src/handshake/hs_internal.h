@@ -96,7 +96,6 @@ int server_take_offer(struct server *sv, const union clc_msg *m, int fds[OFFER_F
 
 /* ---- direct.c ----------------------------------------------------------- */
 
-void listener_leave_direct(int fd);
 /* After listener @lfd took an smclo client's offer: the next may come without TCP. */
 void listener_go_direct(int lfd);
 /* Listener @fd is closed: offers queued at its direct inbox go back to TCP. */

@@ -37,9 +37,7 @@ static void listener_mark_unreachable(int fd)
 	struct listener_offer none = { 0 };
 	int lock, old;
 
-	if (fdv.flags(fd) & FDF_DIRECT)
-		listener_leave_direct(fd);
-	hs_listener_no_direct(fd);
+	hs_listener_no_direct(fd);      /* leaves direct, under direct.c's lock */
 	if ((lock = listener_register(fd, &none)) < 0)
 		return;
 	old = fdv.take_listen_lock(fd);
