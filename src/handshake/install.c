@@ -51,6 +51,19 @@ void hs_set_fd_hooks(const struct hs_fd_hooks *h)
 	fdv = *h;
 }
 
+/* @c named @l -> @r, with a row in this process's table (`smclo stat`) under @slot_fd. */
+static void conn_listed(struct conn *c, int slot_fd, int role, const struct ep *l,
+                        const struct ep *r)
+{
+	c->local = *l;
+	c->peer = *r;
+	c->slot = stats_slot_alloc(stats_table(registry_fd, NULL, 0), slot_fd, role);
+	if (c->slot) {
+		c->slot->local = *l;
+		c->slot->peer = *r;
+	}
+}
+
 /* A connection left on TCP: listed with its reason; SO_DOMAIN and the
  * rest are the real socket's own, so nothing else is looked up. */
 struct conn *conn_tcp(int fd, int role, int reason, const struct ep *l,
@@ -60,13 +73,7 @@ struct conn *conn_tcp(int fd, int role, int reason, const struct ep *l,
 
 	if (!c)
 		return NULL;
-	c->local = *l;
-	c->peer = *p;
-	c->slot = stats_slot_alloc(stats_table(registry_fd, NULL, 0), fd, role);
-	if (c->slot) {
-		c->slot->local = *l;
-		c->slot->peer = *p;
-	}
+	conn_listed(c, fd, role, l, p);
 	stats_slot_decide(totals, c->slot, MODE_TCP, reason);
 	fdv.bind_conn(c, fd);
 	conn_put(c);
@@ -111,12 +118,8 @@ struct conn *conn_new_shm(int slot_fd, int role, struct shm_parts *p,
 	c->direct = p->direct;
 	c->sh->nonblock = nonblock;
 	c->sh->rcvtimeo_ms = p->rcvtimeo_ms + 1;    /* known: no lookup at the first sleep */
-	c->local = *l;
-	c->peer = *r;
-	c->slot = stats_slot_alloc(stats_table(registry_fd, NULL, 0), slot_fd, role);
+	conn_listed(c, slot_fd, role, l, r);
 	if (c->slot) {
-		c->slot->local = *l;
-		c->slot->peer = *r;
 		c->slot->tx_ring = c->tx_size;
 		c->slot->rx_ring = c->rx_size;
 	}
