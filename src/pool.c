@@ -220,8 +220,9 @@ static void take_releases(struct smclo_pool *p)
 		if (n > 0)
 			continue;
 		if (n == 0) {
-			/* the peer closed its end: nothing more comes, and the end
-			 * of file would keep the pool's descriptor readable */
+			/* the peer closed its end (peer_finished): nothing more
+			 * comes, and the end of file would keep the pool's
+			 * descriptor readable */
 			sys_epoll_ctl(p->epfd, EPOLL_CTL_DEL, p->release_fd, NULL);
 			sys_close(p->release_fd);
 			p->release_fd = -1;
@@ -516,6 +517,12 @@ static int peer_finished(struct smclo_pool *p)
 	if (pf & (RING_F_CLOSED | RING_F_ABORT))
 		return 1;
 	if (atomic_load(&c->sh->flags) & (SH_PEER_GONE | SH_BROKEN))
+		return 1;
+	/* every process of the peer's closed its end of the release socket
+	 * (take_releases saw the end of file): nobody there can read a
+	 * buffer of ours again - the one sign of a peer that died after both
+	 * sides shut down writing, when the connection's hang-up says nothing */
+	if (p->release_fd < 0)
 		return 1;
 	/* our descriptor's hang-up, while it still names the connection:
 	 * noted for the connection too, so that its next send fails (EPIPE)

@@ -32,6 +32,13 @@
  *           no buffer may come back RECLAIMED - the peer lives - and each
  *           is scribbled over as it comes back, which the reader would see
  *           if it came back early
+ *   shutkilled  the same, but the server dies (SIGKILL) without reading:
+ *           all 8 come back RECLAIMED (the connection's hang-up says
+ *           nothing once both sides shut down writing; the pool's release
+ *           socket does)
+ *   closekilled  the client closes its descriptor with 8 buffers unread,
+ *           then the server dies without reading: all 8 come back
+ *           RECLAIMED to the pool, which outlives the descriptor
  *
  * "ok" reports the notifications by kind: refs (read in place by the peer),
  * copied (SMCLO_CQE_F_COPIED), kernel (SMCLO_CQE_F_KERNEL: io_uring SEND_ZC or
@@ -637,6 +644,54 @@ static void shut_server(int fd)
 	       (unsigned long long)pool_peeks, (unsigned long long)rpos);
 }
 
+static void shutkilled_client(int fd)
+{
+	struct smclo_pool *p = smclo_pool_create(fd, BUF_SIZE, 8, 0);
+
+	CHECK(p, "smclo_pool_create");
+	handshake_pool(fd);
+	for (int i = 0; i < 8; i++)
+		pool_send(p, BUF_SIZE);
+	CHECK(shutdown(fd, SHUT_WR) == 0, "shutdown");
+	wait_all_notified(p);
+	CHECK(t.reclaimed == 8, "%llu of 8 buffers came back reclaimed",
+	      (unsigned long long)t.reclaimed);
+	report(fd, "");
+	CHECK(smclo_pool_destroy(p) == 0, "destroy");
+}
+
+static void shutkilled_server(int fd)
+{
+	struct timespec half = { 0, 500 * 1000 * 1000 };
+
+	answer_go(fd);
+	CHECK(shutdown(fd, SHUT_WR) == 0, "shutdown");
+	nanosleep(&half, NULL);         /* the client sends and shuts down meanwhile */
+	printf("holding via=%s\n", via_name(smclo_via(fd)));
+	fflush(stdout);
+	kill(getpid(), SIGKILL);
+}
+
+static void closekilled_client(int fd)
+{
+	struct smclo_pool *p = smclo_pool_create(fd, BUF_SIZE, 8, 0);
+	int via;
+
+	CHECK(p, "smclo_pool_create");
+	handshake_pool(fd);
+	for (int i = 0; i < 8; i++)
+		pool_send(p, BUF_SIZE);
+	via = smclo_via(fd);
+	CHECK(close(fd) == 0, "close");
+	wait_all_notified(p);
+	CHECK(t.reclaimed == 8, "%llu of 8 buffers came back reclaimed",
+	      (unsigned long long)t.reclaimed);
+	printf("ok via=%s sent=%llu refs=%llu reclaimed=%llu\n", via_name(via),
+	       (unsigned long long)t.sent, (unsigned long long)t.refs,
+	       (unsigned long long)t.reclaimed);
+	CHECK(smclo_pool_destroy(p) == 0, "destroy");
+}
+
 static const struct scenario scenarios[] = {
 	{ "bulk", bulk_client, drain_server },
 	{ "hold", hold_client, hold_server },
@@ -644,6 +699,8 @@ static const struct scenario scenarios[] = {
 	{ "fork", fork_client, drain_server },
 	{ "errors", errors_client, drain_server },
 	{ "shut", shut_client, shut_server },
+	{ "shutkilled", shutkilled_client, shutkilled_server },
+	{ "closekilled", closekilled_client, shutkilled_server },
 	{ "sndtimeo", sndtimeo_client, paused_server },
 };
 

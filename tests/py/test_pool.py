@@ -165,6 +165,25 @@ def test_reader_killed_holding(reg, procs, kind):
         assert cli["copied"] == cli["sent"], cli
 
 
+def test_reader_killed_after_both_shut(reg, procs):
+    """Both ends shut down writing, then the reader dies without reading 8
+    buffers sent by reference: the connection's hang-up says nothing then
+    (both directions are shut either way), the pool's release socket does -
+    every buffer comes back, reclaimed (before: only at destroy)."""
+    cli, srv = run_pair(procs, "shutkilled", reg.env, reg.env, server_dies=True)
+    assert cli["via"] == "ring" and srv["via"] == "ring", (cli, srv)
+    assert cli["reclaimed"] == cli["sent"] == 8 and cli["refs"] == 0, cli
+
+
+def test_reader_killed_after_our_close(reg, procs):
+    """We close the connection with 8 buffers unread, then the reader dies
+    without reading them: the pool outlives our descriptor, and every
+    buffer comes back to it, reclaimed (before: only at destroy)."""
+    cli, srv = run_pair(procs, "closekilled", reg.env, reg.env, server_dies=True)
+    assert cli["via"] == "ring" and srv["via"] == "ring", (cli, srv)
+    assert cli["reclaimed"] == cli["sent"] == 8 and cli["refs"] == 0, cli
+
+
 def run_scripts(reg, procs, server, client, *args):
     """Python scripts using smclo_api at both ends under smclo run: the
     server's (its port the last argument) and the client's (@args, then
