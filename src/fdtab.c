@@ -147,22 +147,46 @@ int fd_kernel_accepts(int fd, int delta)
 	return (uint16_t)(atomic_fetch_add(&e->kernel_accepts, (uint16_t)delta) + delta);
 }
 
-struct conn *conn_get(int fd)
+/*
+ * A reference to @c unless it is already on its way to the free list.
+ * Connections are recycled, never unmapped (conn.c's pool), so the count
+ * may be read after a close: an increment from zero would bring a freed
+ * connection back, and its conn_put free it twice.
+ */
+static int conn_try_ref(struct conn *c)
 {
-	struct fd_entry *e = fd_entry(fd);
-	struct conn *c;
+	int r = atomic_load(&c->refs);
 
-	if (!e)
-		return NULL;
+	while (r > 0)
+		if (atomic_compare_exchange_weak(&c->refs, &r, r + 1))
+			return 1;
+	return 0;
+}
+
+/* The connection @e names, with a reference, or NULL. */
+static struct conn *entry_conn_get(struct fd_entry *e)
+{
 	for (;;) {
-		c = atomic_load_explicit(&e->conn, memory_order_acquire);
+		struct conn *c = atomic_load_explicit(&e->conn, memory_order_acquire);
+
 		if (!c)
 			return NULL;
-		atomic_fetch_add(&c->refs, 1);
+		if (!conn_try_ref(c)) {
+			if (atomic_load(&e->conn) == c)
+				return NULL;    /* cannot be: the entry holds a reference */
+			continue;        /* freed under us: the entry names another now */
+		}
 		if (atomic_load(&e->conn) == c)
 			return c;
 		conn_put(c);     /* closed (and maybe recycled) under us: look again */
 	}
+}
+
+struct conn *conn_get(int fd)
+{
+	struct fd_entry *e = fd_entry(fd);
+
+	return e ? entry_conn_get(e) : NULL;
 }
 
 void conn_bind_fd(struct conn *c, int fd)
@@ -206,6 +230,9 @@ void conn_for_each_fd(void (*fn)(int fd, struct conn *c, void *arg), void *arg)
 {
 	int high = atomic_load(&fd_high);
 
+	/* no reference for @fn: the fork handlers walk with every guarded
+	 * lock held, where dropping a last reference (conn_free) would
+	 * deadlock */
 	for (int fd = 0; fdtab && fd <= high && fd < fdtab_size; fd++) {
 		struct conn *c = atomic_load(&fdtab[fd].conn);
 		if (c)

@@ -221,16 +221,21 @@ static int fault_signal(int sig)
 
 int bell_signals_restart(void)
 {
-	for (int sig = 1; sig < NSIG; sig++) {
+	int e = errno, restart = 1;
+
+	/* sigaction() fails (EINVAL) for the signals libc keeps to itself:
+	 * the caller's errno must survive the look */
+	for (int sig = 1; sig < NSIG && restart; sig++) {
 		struct sigaction sa;
 
 		if (fault_signal(sig))
 			continue;
 		if (sigaction(sig, NULL, &sa) == 0 && !(sa.sa_flags & SA_RESTART) &&
 		    sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)
-			return 0;
+			restart = 0;
 	}
-	return 1;
+	errno = e;
+	return restart;
 }
 
 /*
@@ -264,46 +269,6 @@ int bell_sleep(struct conn *c, int fd, uint32_t seq)
 	}
 }
 
-/*
- * Another thread's shutdown(SHUT_RD) cannot make our doorbell socket
- * readable: only the peer queues messages there, and shutting the socket
- * down would fail the peer's doorbells with EPIPE (it would take us for
- * gone, where a TCP peer writes on).  So the long sleep looks at SH_SHUT_RD
- * every SHUT_LOOK_MS: the read that shutdown ends returns within that.
- */
-#define SHUT_LOOK_MS 500
-
-int bell_wait_readable(struct conn *c, int fd)
-{
-	int timeo = io_rcvtimeo_ms(c, fd);
-	long long end = timeo > 0 ? mono_now_ms() + timeo : 0;
-
-	/* the file's own flag decides, as it did for the recv() that slept
-	 * here before: a description made non-blocking behind our back (by
-	 * another process sharing it) must not make us wait */
-	if (sys_fcntl(fd, F_GETFL, 0) & O_NONBLOCK)
-		return -EAGAIN;
-
-	for (;;) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long long left = end ? end - mono_now_ms() : SHUT_LOOK_MS;
-		int n;
-
-		if (atomic_load(&c->sh->flags) & SH_SHUT_RD)
-			return 1;
-		if (left <= 0)
-			return -EAGAIN;         /* SO_RCVTIMEO, as recv() would */
-		n = sys_poll(&p, 1, (int)(left < SHUT_LOOK_MS ? left : SHUT_LOOK_MS));
-		if (n > 0)
-			return 0;
-		/* poll() is never restarted; a recv() would have been, unless a
-		 * handler without SA_RESTART ran or SO_RCVTIMEO is set */
-		if (n < 0 && errno == EINTR && (timeo > 0 || !bell_signals_restart()))
-			return -EINTR;
-		if (n < 0 && errno != EINTR)
-			return -errno;
-	}
-}
 
 /*
  * The doorbell socket's send buffer (SIDE_SNDBUF) leaves the descriptor

@@ -80,12 +80,6 @@ void bell_wake_word(_Atomic uint32_t *word);
  */
 #define BELL_SLEEP_ON 2
 int bell_sleep(struct conn *c, int fd, uint32_t seq);
-/*
- * The long sleep of a blocking read: until the doorbell socket @fd is
- * readable (a doorbell, or the peer hung up) - 0 - or our side is shut
- * down for reading - 1 - or SO_RCVTIMEO expires (-EAGAIN), -EINTR, -errno.
- */
-int bell_wait_readable(struct conn *c, int fd);
 /* Does every installed signal handler have SA_RESTART (a read goes on)? */
 int bell_signals_restart(void);
 /*

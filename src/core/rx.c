@@ -393,24 +393,17 @@ static int rx_wait(struct conn *c, int fd, int dontwait, size_t take)
 		return r;
 	}
 socket_wait:
-	if (!dontwait) {
-		int r = bell_wait_readable(c, fd);
-
-		atomic_fetch_sub_explicit(&c->tx->sleepers, 1, memory_order_relaxed);
-		if (r != 0) {
-			sh_lock(&sh->rx_lock);
-			return r > 0 ? 0 : r;   /* shut down: the caller sees SH_SHUT_RD */
-		}
-	}
-	n = sys_recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	/* the kernel's own wait: a signal handler with SA_RESTART restarts
+	 * it, exactly as it would a TCP read (design.md §8) */
+	n = sys_recv(fd, &b, 1, MSG_PEEK | (dontwait ? MSG_DONTWAIT : 0));
 	int err = errno;
+	if (!dontwait)
+		atomic_fetch_sub_explicit(&c->tx->sleepers, 1, memory_order_relaxed);
 	sh_lock(&sh->rx_lock);
 	if (n > 0) {
 		conn_mark_broken(c);
 		return -ECONNRESET;
 	}
-	if (n < 0 && !dontwait && err == EAGAIN)
-		return 0;               /* another thread drained it: look again */
 	if (n < 0)
 		return -err;
 	/* a message is queued, or the peer hung up */
