@@ -147,22 +147,6 @@ int fd_kernel_accepts(int fd, int delta)
 	return (uint16_t)(atomic_fetch_add(&e->kernel_accepts, (uint16_t)delta) + delta);
 }
 
-/*
- * A reference to @c unless it is already on its way to the free list.
- * Connections are recycled, never unmapped (conn.c's pool), so the count
- * may be read after a close: an increment from zero would bring a freed
- * connection back, and its conn_put free it twice.
- */
-static int conn_try_ref(struct conn *c)
-{
-	int r = atomic_load(&c->refs);
-
-	while (r > 0)
-		if (atomic_compare_exchange_weak(&c->refs, &r, r + 1))
-			return 1;
-	return 0;
-}
-
 /* The connection @e names, with a reference, or NULL. */
 static struct conn *entry_conn_get(struct fd_entry *e)
 {

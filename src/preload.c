@@ -100,39 +100,59 @@ static struct conn *shm_conn(int fd)
  * gives its count back.
  */
 static pthread_mutex_t fork_count_lock = PTHREAD_MUTEX_INITIALIZER;     /* two forking threads */
-static struct conn **fork_counted;
+struct fork_counted {
+	struct conn *c;         /* referenced until the fork returns */
+	int holder;             /* counted as one more holder */
+};
+static struct fork_counted *fork_counted;
 static int n_fork_counted, fork_counted_cap;
 static __thread int in_fork_wrapper;
 
+/*
+ * The walk holds no reference and another thread may be closing @c: what
+ * it reads before taking one is only a hint, the reference is taken from a
+ * live connection only (a count taken from zero would bring a freed one
+ * back, to be freed twice), and the test is made again under it.  A
+ * reference taken for nothing is kept all the same when it is the last -
+ * dropped here, with the fork guard's locks held, it would free the
+ * connection under them.
+ */
 static void count_fork_holder(int fd, struct conn *c, void *arg)
 {
 	if (c->mode != MODE_SHM || c->fork_gen == fork_generation)
 		return;
 	if (n_fork_counted == fork_counted_cap) {
 		int cap = fork_counted_cap ? 2 * fork_counted_cap : 64;
-		struct conn **a = realloc(fork_counted, (size_t)cap * sizeof(*a));
+		struct fork_counted *a = realloc(fork_counted, (size_t)cap * sizeof(*a));
 		if (!a)
 			return;         /* the child counts it, as a connection made meanwhile */
 		fork_counted = a;
 		fork_counted_cap = cap;
 	}
+	if (!conn_try_ref(c))
+		return;
+	if (c->mode != MODE_SHM || c->fork_gen == fork_generation) {
+		if (conn_put_unless_last(c))
+			return;
+		fork_counted[n_fork_counted++] = (struct fork_counted){ c, 0 };
+		return;
+	}
 	c->fork_gen = fork_generation;
 	atomic_fetch_add(&c->sh->holders, 1);
-	atomic_fetch_add(&c->refs, 1);
-	fork_counted[n_fork_counted++] = c;
+	fork_counted[n_fork_counted++] = (struct fork_counted){ c, 1 };
 }
 
 /* After the fork, in the parent (@failed: no child) or the child. */
 static void fork_counts_settle(int failed, int in_child, int drop_refs)
 {
-	struct conn **counted = fork_counted;
+	struct fork_counted *counted = fork_counted;
 	int n = n_fork_counted;
 
 	for (int i = 0; i < n; i++) {
-		struct conn *c = counted[i];
+		struct conn *c = counted[i].c;
 
 		/* no child, or a thread closed every descriptor of it just before the fork */
-		if (failed || (in_child && c->fd_count == 0))
+		if (counted[i].holder && (failed || (in_child && c->fd_count == 0)))
 			atomic_fetch_sub(&c->sh->holders, 1);
 	}
 	if (in_child) {
@@ -152,7 +172,7 @@ static void fork_counts_settle(int failed, int in_child, int drop_refs)
 	n_fork_counted = fork_counted_cap = 0;
 	pthread_mutex_unlock(&fork_count_lock);
 	for (int i = 0; drop_refs && i < n; i++)
-		conn_put(counted[i]);
+		conn_put(counted[i].c);
 	free(counted);
 }
 

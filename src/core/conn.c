@@ -53,6 +53,32 @@ void conn_put(struct conn *c)
 		conn_free(c);
 }
 
+/*
+ * A reference to @c unless it is already on its way to the free list.
+ * Connections are recycled, never unmapped (conn.c's pool), so the count
+ * may be read after a close: an increment from zero would bring a freed
+ * connection back, and its conn_put free it twice.
+ */
+int conn_try_ref(struct conn *c)
+{
+	int r = atomic_load(&c->refs);
+
+	while (r > 0)
+		if (atomic_compare_exchange_weak(&c->refs, &r, r + 1))
+			return 1;
+	return 0;
+}
+
+int conn_put_unless_last(struct conn *c)
+{
+	int r = atomic_load(&c->refs);
+
+	while (r > 1)
+		if (atomic_compare_exchange_weak(&c->refs, &r, r - 1))
+			return 1;
+	return 0;
+}
+
 struct conn *conn_alloc(int mode)
 {
 	struct conn *c;

@@ -142,6 +142,14 @@ extern struct stats_totals *totals;
 struct conn *conn_alloc(int mode);
 /* Drop a reference; the last one recycles the object (and its region). */
 void conn_put(struct conn *c);
+/*
+ * Take a reference to @c if it has any left (0: it is being freed, and may
+ * be recycled; a pointer read without a reference, as a walk of the
+ * descriptor table reads it, may name such a connection).
+ */
+int conn_try_ref(struct conn *c);
+/* Drop a reference unless it is the last (0: it is, and is still held). */
+int conn_put_unless_last(struct conn *c);
 /* @fd is the doorbell socket of @c now: remember its inode (bell_ino). */
 void conn_note_bell(struct conn *c, int fd);
 int conn_count(void);

@@ -493,8 +493,13 @@ void hs_resolve_fd(int fd)
 
 static void resolve_one(int fd, struct conn *c, void *arg)
 {
+	/* the walk holds no reference, and another thread may be closing it:
+	 * decided with one (before fork, no guarded lock is held yet) */
+	if (atomic_load(&c->pending) == PENDING_NONE || !(c = fdv.get_conn(fd)))
+		return;
 	if (atomic_load(&c->pending) != PENDING_NONE)
 		hs_resolve(fd, c, 0);
+	conn_put(c);
 }
 
 /* A child must not inherit an undecided connection: decide them all first. */

@@ -3,7 +3,7 @@ child must be able to connect at once (forkguard.h), never hang on a lock
 another thread held at the moment of the fork."""
 import os
 
-from conftest import PY, free_port, wait_port
+from conftest import PY, TESTBIN, free_port, wait_port
 
 PEER = os.path.join(os.path.dirname(__file__), "peer.py")
 LATE = {"timeout", "peer-withdrew"}     # as test_matrix.py's
@@ -65,3 +65,15 @@ def test_fork_while_threads_connect(reg, procs, tmp_path):
     # finish in time goes on over TCP, losslessly; nothing else may
     assert st["accelerated_client"] >= 200 and set(reasons) <= LATE, reasons
     assert sum(reasons.values()) <= st["accelerated"] // 100, reasons
+
+
+def test_fork_storm_beside_own_connections(reg):
+    """tests/progs/fork_storm.c: fork as fast as possible while a thread of
+    the process blocks in accept() (a direct listener) and another connects
+    to it in a loop, each child connecting once.  A fork's walk of the
+    connections took a reference on one being closed, and the connection
+    was then freed twice: a crash or a hang in 8 runs of 8 before."""
+    r = reg.run([str(TESTBIN / "fork_storm"), "6"], timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("ok "), r.stdout + r.stderr
+    got = dict(f.split("=") for f in r.stdout.split()[1:])
+    assert int(got["forks"]) >= 10 and int(got["shm"]) >= 10, r.stdout
