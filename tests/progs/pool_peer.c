@@ -609,15 +609,23 @@ static void paused_server(int fd)
 	drain_rest(fd);
 }
 
-static void shut_client(int fd)
+/* A pool of 8 buffers, all 8 sent by reference and left unread for now. */
+static struct smclo_pool *eight_sent(int fd)
 {
 	struct smclo_pool *p = smclo_pool_create(fd, BUF_SIZE, 8, 0);
-	void *got[8];
 
 	CHECK(p, "smclo_pool_create");
 	handshake_pool(fd);
 	for (int i = 0; i < 8; i++)
 		pool_send(p, BUF_SIZE);
+	return p;
+}
+
+static void shut_client(int fd)
+{
+	struct smclo_pool *p = eight_sent(fd);
+	void *got[8];
+
 	CHECK(shutdown(fd, SHUT_WR) == 0, "shutdown");
 	wait_all_notified(p);
 	CHECK(t.reclaimed == 0, "%llu buffers came back reclaimed from a live reader",
@@ -646,12 +654,8 @@ static void shut_server(int fd)
 
 static void shutkilled_client(int fd)
 {
-	struct smclo_pool *p = smclo_pool_create(fd, BUF_SIZE, 8, 0);
+	struct smclo_pool *p = eight_sent(fd);
 
-	CHECK(p, "smclo_pool_create");
-	handshake_pool(fd);
-	for (int i = 0; i < 8; i++)
-		pool_send(p, BUF_SIZE);
 	CHECK(shutdown(fd, SHUT_WR) == 0, "shutdown");
 	wait_all_notified(p);
 	CHECK(t.reclaimed == 8, "%llu of 8 buffers came back reclaimed",
@@ -674,14 +678,9 @@ static void shutkilled_server(int fd)
 
 static void closekilled_client(int fd)
 {
-	struct smclo_pool *p = smclo_pool_create(fd, BUF_SIZE, 8, 0);
-	int via;
+	struct smclo_pool *p = eight_sent(fd);
+	int via = smclo_via(fd);
 
-	CHECK(p, "smclo_pool_create");
-	handshake_pool(fd);
-	for (int i = 0; i < 8; i++)
-		pool_send(p, BUF_SIZE);
-	via = smclo_via(fd);
 	CHECK(close(fd) == 0, "close");
 	wait_all_notified(p);
 	CHECK(t.reclaimed == 8, "%llu of 8 buffers came back reclaimed",
