@@ -15,7 +15,12 @@ set -eu
 cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
 # The project's own flags (CMakeLists.txt: C11 with GNU extensions).
-CFLAGS="-std=gnu11 -D_GNU_SOURCE -Iinclude -Isrc -Isrc/handshake -Isrc/core -Isrc/registry -Isrc/proto -Isrc/base"
+# Each file is compiled with its own layer's include path (src/LAYERS, via
+# tools/layers.sh), as CMake compiles it: an upward include is a finding.
+CFLAGS="-std=gnu11 -D_GNU_SOURCE"
+# cppcheck reads the whole program at once: every layer's headers
+ALL_INCLUDES=$(for l in $(tools/layers.sh order); do tools/layers.sh includes "$l"; done |
+	tr ' ' '\n' | sort -u | tr '\n' ' ')
 SUPP=tools/lint-suppressions.txt
 JOBS=${LINT_JOBS:-2}
 
@@ -37,7 +42,7 @@ files=$(find src -name '*.c' | sort)
 # Exit status 2 only when cppcheck itself could not run.
 echo "lint: cppcheck $(cppcheck --version | sed 's/^Cppcheck //')" >&2
 cppcheck --enable=warning,style,performance,portability --inconclusive \
-	--std=c11 -D_GNU_SOURCE -Iinclude -Isrc -Isrc/handshake -Isrc/core -Isrc/registry -Isrc/proto -Isrc/base --library=posix --library=gnu \
+	--std=c11 -D_GNU_SOURCE $ALL_INCLUDES --library=posix --library=gnu \
 	--inline-suppr --quiet \
 	--template='cppcheck|{file}|{line}|{id}|{severity}: {message}' \
 	$files 2>"$out/cppcheck.txt" >/dev/null || {
@@ -52,7 +57,8 @@ echo "lint: $($CC --version | head -1) -fanalyzer" >&2
 export CC CFLAGS out
 printf '%s\n' $files | xargs -P "$JOBS" -I{} sh -c \
 	'f={}; o="$out/an.$(echo "$f" | tr / _)";
-	 $CC $CFLAGS -fanalyzer -fdiagnostics-plain-output -fno-diagnostics-color \
+	 inc=$(tools/layers.sh includes "$(tools/layers.sh layer "$f")") || inc=;
+	 $CC $CFLAGS $inc -fanalyzer -fdiagnostics-plain-output -fno-diagnostics-color \
 	     -Wno-unused-parameter -c -o /dev/null "$f" >"$o" 2>&1 ||
 	     echo "$f:1:1: error: does not compile [compile-error]" >>"$o"'
 cat "$out"/an.* >"$out/analyzer.txt" 2>/dev/null || : >"$out/analyzer.txt"

@@ -8,8 +8,8 @@
  * closes its descriptor.
  */
 #include "conn.h"
-
 #include "forkguard.h"
+
 #include "peerpool.h"
 #include "region.h"
 
@@ -24,9 +24,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-int smclo_active;
-int registry_fd = -1;
-struct stats_totals *totals;
 static _Atomic int n_conns;
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -19,6 +19,7 @@
 
 #include "addr.h"
 #include "ring.h"
+#include "registry.h"
 #include "stats.h"
 
 #include <pthread.h>
@@ -133,11 +134,6 @@ static inline void conn_count_call(struct conn *c)
 #define PENDING_NONE      0
 #define PENDING_OPEN      1
 #define PENDING_DECIDING  2
-
-/* Library-wide state set up by the constructor. */
-extern int smclo_active;       /* 0: pass everything through */
-extern int registry_fd;        /* -1 when the registry is unusable */
-extern struct stats_totals *totals;
 
 struct conn *conn_alloc(int mode);
 /* Drop a reference; the last one recycles the object (and its region). */

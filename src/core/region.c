@@ -8,9 +8,9 @@
  * close, so a mutex and a linear walk are all it needs.
  */
 #include "region.h"
+#include "forkguard.h"
 
 #include "conn.h"
-#include "forkguard.h"
 #include "io.h"
 #include "sys.h"
 

@@ -15,8 +15,8 @@
  * again by a scan once the free list runs dry.
  */
 #include "conn.h"
-
 #include "forkguard.h"
+
 #include "io.h"
 #include "sys.h"
 

@@ -60,7 +60,7 @@ static int client_precheck(struct client *cl)
 	}
 	if (io_uring_in_use())
 		return R_IO_URING;
-	if (fdv.epoll_early(cl->fd))
+	if (fd_epoll_early_count(cl->fd))
 		return R_EPOLL_EARLY;   /* preload.c, count_epoll_early */
 	if (conn_count() >= cfg.max_conns)
 		return R_MAX_BUFFERS;
@@ -223,10 +223,10 @@ static void client_install(struct client *cl, int s, struct shm_parts *p)
 	int domain = domain_of(cl->fd);
 	int tcp;
 
-	p->rcvtimeo_ms = fdv.copy_timeouts(cl->fd, s);
+	p->rcvtimeo_ms = sockopt_copy_timeouts(cl->fd, s);
 	tcp = io_keep_copy(cl->fd, 0);
 	sys_dup3(s, cl->fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
-	fdv.release_kept(s);      /* the program's now, under cl->fd */
+	fd_forget_ours(s);      /* the program's now, under cl->fd */
 	sys_close(s);
 	if (fl & O_NONBLOCK)            /* the server hands its end over blocking */
 		sys_fcntl(cl->fd, F_SETFL, O_NONBLOCK);
@@ -365,12 +365,12 @@ static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
 	c->sh->rcvtimeo_ms = 0;                 /* looked up when it is the pair's */
 	c->pending_until_ms = mono_now_ms() + cfg.handshake_ms;
 	atomic_store(&c->pending, PENDING_OPEN);
-	fdv.bind_conn(c, cl->fd);
-	fdv.add_flags(cl->fd, FDF_PENDING);
+	fd_bind_conn(c, cl->fd);
+	fd_add_flags(cl->fd, FDF_PENDING);
 	DBG("connect fd %d: offer pending", cl->fd);
 	/* a pending connection holds three descriptors: where they are short
 	 * (fdview.h, budget_small), decide now and keep one */
-	if (fdv.budget_small())
+	if (fd_budget_is_small())
 		hs_resolve(cl->fd, c, 0);
 	conn_put(c);
 	return 0;
@@ -381,10 +381,10 @@ static void pending_take(int fd, struct conn *c)
 {
 	int fl = sys_fcntl(fd, F_GETFL, 0), fdfl = sys_fcntl(fd, F_GETFD, 0);
 
-	c->sh->rcvtimeo_ms = fdv.copy_timeouts(fd, c->bell_fd) + 1;
+	c->sh->rcvtimeo_ms = sockopt_copy_timeouts(fd, c->bell_fd) + 1;
 	c->tcp_fd = io_keep_copy(fd, 0);
 	sys_dup3(c->bell_fd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
-	fdv.release_kept(c->bell_fd);
+	fd_forget_ours(c->bell_fd);
 	sys_close(c->bell_fd);
 	c->bell_fd = -1;
 	conn_note_bell(c, fd);
@@ -405,7 +405,7 @@ static void pending_take(int fd, struct conn *c)
 static int pending_connect(int fd, struct conn *c, long until)
 {
 	struct sockaddr_storage ss;
-	socklen_t l = ep_to_sockaddr(&c->peer, (fdv.flags(fd) & FDF_INET6) ? AF_INET6 : AF_INET,
+	socklen_t l = ep_to_sockaddr(&c->peer, (fd_flags(fd) & FDF_INET6) ? AF_INET6 : AF_INET,
 	                             &ss);
 	int err = 0;
 	socklen_t el = sizeof(err);
@@ -460,7 +460,7 @@ void hs_resolve(int fd, struct conn *c, size_t reading)
 	}
 	/* a read that may time out waits for the decision only: its own wait honours
 	 * SO_RCVTIMEO (the decision comes within the handshake timeout) */
-	if (reading && !fdv.may_have_timeouts(fd)) {
+	if (reading && !sockopt_may_have_timeouts(fd)) {
 		int interrupted;
 		w = offer_wait_reading(region_up(c->region),
 		                       reading < c->rx_size ? (uint32_t)reading : c->rx_size,
@@ -475,7 +475,7 @@ void hs_resolve(int fd, struct conn *c, size_t reading)
 		pending_take(fd, c);
 	else
 		pending_fall_back(fd, c, offer_reason(w));
-	fdv.set_flags(fd, fdv.flags(fd) & ~FDF_PENDING);
+	fd_set_flags(fd, fd_flags(fd) & ~FDF_PENDING);
 	atomic_store(&c->pending, PENDING_NONE);
 	sh_unlock(&c->sh->tx_lock);
 }
@@ -484,7 +484,7 @@ void hs_resolve_fd(int fd)
 {
 	struct conn *c;
 
-	if (!(fdv.flags(fd) & FDF_PENDING) || sys_in_vfork_child() || !(c = fdv.get_conn(fd)))
+	if (!(fd_flags(fd) & FDF_PENDING) || sys_in_vfork_child() || !(c = fd_get_conn(fd)))
 		return;         /* a vfork child would decide in its parent's memory */
 	if (atomic_load(&c->pending) != PENDING_NONE)
 		hs_resolve(fd, c, 0);
@@ -495,7 +495,7 @@ static void resolve_one(int fd, struct conn *c, void *arg)
 {
 	/* the walk holds no reference, and another thread may be closing it:
 	 * decided with one (before fork, no guarded lock is held yet) */
-	if (atomic_load(&c->pending) == PENDING_NONE || !(c = fdv.get_conn(fd)))
+	if (atomic_load(&c->pending) == PENDING_NONE || !(c = fd_get_conn(fd)))
 		return;
 	if (atomic_load(&c->pending) != PENDING_NONE)
 		hs_resolve(fd, c, 0);
@@ -505,7 +505,7 @@ static void resolve_one(int fd, struct conn *c, void *arg)
 /* A child must not inherit an undecided connection: decide them all first. */
 void hs_resolve_all(void)
 {
-	fdv.for_each_conn(resolve_one, NULL);
+	fd_for_each_conn(resolve_one, NULL);
 }
 
 static void resolve_all_before_fork(void)
@@ -567,7 +567,7 @@ static int direct_bind(struct client *cl)
 	if (cl->src.port)
 		return 0;
 	here.port = 0;
-	l = ep_to_sockaddr(&here, (fdv.flags(cl->fd) & FDF_INET6) ? AF_INET6 : AF_INET, &ss);
+	l = ep_to_sockaddr(&here, (fd_flags(cl->fd) & FDF_INET6) ? AF_INET6 : AF_INET, &ss);
 	if (sys_bind(cl->fd, &ss, l) < 0 || ep_of_socket(cl->fd, 0, &cl->src) < 0)
 		return -1;
 	return 0;
@@ -589,7 +589,7 @@ static int client_direct(struct client *cl)
 	int pair[2], fds[OFFER_FDS];
 
 	/* the family for bind() and a later connect() comes from the fd table */
-	if (!(fdv.flags(cl->fd) & FDF_KNOWN) || direct_bind(cl) < 0 ||
+	if (!(fd_flags(cl->fd) & FDF_KNOWN) || direct_bind(cl) < 0 ||
 	    offer_prepare(cl, &p, pair, fds, &m, CLC_DIRECT) < 0)
 		return -1;
 	memcpy(m.direct.dst_ip, cl->dst.ip, sizeof(m.direct.dst_ip));

@@ -4,8 +4,8 @@
  * the listener and its direct inbox together.
  */
 #include "hs_internal.h"
-
 #include "forkguard.h"
+
 #include "io.h"
 #include "region.h"
 #include "registry.h"
@@ -38,8 +38,8 @@ static int listener_reregister(int fd, uint64_t direct)
 
 	if (lock < 0)
 		return -1;
-	old = fdv.take_listen_lock(fd);
-	fdv.set_listen_lock(fd, lock);
+	old = fd_take_listen_lock(fd);
+	fd_set_listen_lock(fd, lock);
 	if (old >= 0)
 		registry_lock_remove(registry_fd, "l", old);
 	return 0;
@@ -56,13 +56,13 @@ static int listener_reregister(int fd, uint64_t direct)
  */
 void hs_kernel_accept(int lfd, int delta)
 {
-	fdv.kernel_accepts(lfd, delta);
+	fd_kernel_accepts(lfd, delta);
 	atomic_thread_fence(memory_order_seq_cst);
 }
 
 static int kernel_accepts(int lfd)
 {
-	return fdv.kernel_accepts(lfd, 0);
+	return fd_kernel_accepts(lfd, 0);
 }
 
 /* An offer queued when the listener went back to TCP: its client connects over TCP now. */
@@ -84,7 +84,7 @@ static void direct_refuse(const union clc_msg *m, int fds[OFFER_FDS])
 static void listener_leave_direct(int fd)
 {
 	listener_reregister(fd, 0);
-	fdv.set_flags(fd, fdv.flags(fd) & ~FDF_DIRECT);
+	fd_set_flags(fd, fd_flags(fd) & ~FDF_DIRECT);
 	inbox_direct_close(fd, direct_refuse);
 	DBG("listen fd %d: back to TCP only", fd);
 }
@@ -110,7 +110,7 @@ static void listener_go_direct_locked(int lfd)
 	struct ep addr;
 	uint64_t id;
 
-	if ((fdv.flags(lfd) & (FDF_LISTENING | FDF_DIRECT | FDF_NO_DIRECT)) != FDF_LISTENING ||
+	if ((fd_flags(lfd) & (FDF_LISTENING | FDF_DIRECT | FDF_NO_DIRECT)) != FDF_LISTENING ||
 	    server_precheck() != R_NONE || kernel_accepts(lfd) > 0)
 		return;         /* not now (io_uring, too many connections, another thread
 		                   waits in the kernel), or decided already */
@@ -125,7 +125,7 @@ static void listener_go_direct_locked(int lfd)
 		inbox_direct_close(lfd, direct_refuse);
 		goto never;
 	}
-	fdv.add_flags(lfd, FDF_DIRECT);
+	fd_add_flags(lfd, FDF_DIRECT);
 	if (kernel_accepts(lfd) > 0) {         /* one came meanwhile: not now */
 		listener_leave_direct(lfd);
 		return;
@@ -134,7 +134,7 @@ static void listener_go_direct_locked(int lfd)
 	    (unsigned long long)id);
 	return;
 never:
-	fdv.add_flags(lfd, FDF_NO_DIRECT);
+	fd_add_flags(lfd, FDF_NO_DIRECT);
 }
 
 /*
@@ -144,7 +144,7 @@ never:
  */
 void listener_go_direct(int lfd)
 {
-	if ((fdv.flags(lfd) & (FDF_LISTENING | FDF_DIRECT | FDF_NO_DIRECT)) != FDF_LISTENING)
+	if ((fd_flags(lfd) & (FDF_LISTENING | FDF_DIRECT | FDF_NO_DIRECT)) != FDF_LISTENING)
 		return;
 	pthread_mutex_lock(&direct_lock);
 	listener_go_direct_locked(lfd);
@@ -153,13 +153,13 @@ void listener_go_direct(int lfd)
 
 void hs_listener_no_direct(int fd)
 {
-	uint16_t f = fdv.flags(fd);
+	uint16_t f = fd_flags(fd);
 
 	if (!(f & FDF_LISTENING) || (f & FDF_NO_DIRECT))
 		return;
 	pthread_mutex_lock(&direct_lock);
-	fdv.add_flags(fd, FDF_NO_DIRECT);
-	if (fdv.flags(fd) & FDF_DIRECT)
+	fd_add_flags(fd, FDF_NO_DIRECT);
+	if (fd_flags(fd) & FDF_DIRECT)
 		listener_leave_direct(fd);
 	pthread_mutex_unlock(&direct_lock);
 }
@@ -167,9 +167,9 @@ void hs_listener_no_direct(int fd)
 void direct_listener_closed(int fd)
 {
 	pthread_mutex_lock(&direct_lock);
-	if (fdv.flags(fd) & FDF_DIRECT)
+	if (fd_flags(fd) & FDF_DIRECT)
 		inbox_direct_close(fd, direct_refuse);
-	fdv.set_flags(fd, fdv.flags(fd) & ~(FDF_LISTENING | FDF_DIRECT));
+	fd_set_flags(fd, fd_flags(fd) & ~(FDF_LISTENING | FDF_DIRECT));
 	pthread_mutex_unlock(&direct_lock);
 }
 

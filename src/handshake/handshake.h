@@ -95,4 +95,18 @@ void hs_chrooted(void);
 /* In a fork child: the inherited listeners are now shared (listener.c). */
 void hs_after_fork(void);
 
+/*
+ * release.c: a descriptor of a connection closed.  When it was this
+ * process's last one, the close is published, payoff.c learns what the
+ * connection carried, the hidden TCP socket goes (its close put off), and an
+ * undecided offer is withdrawn.
+ */
+void hs_release_fd(int fd);
+/*
+ * A program that cannot take the connection over gets @fd as a fresh,
+ * unconnected TCP socket.  @leave: this process stops holding it (an exec
+ * of the process itself; not a vfork child, whose parent goes on with it).
+ */
+void hs_release_for_exec(int fd, int leave);
+
 #endif

@@ -23,10 +23,10 @@
  * the one inbox it was connected to, whatever pid the registry names.
  */
 #include "inbox.h"
+#include "forkguard.h"
 
 #include "config.h"
 #include "conn.h"
-#include "forkguard.h"
 #include "io.h"
 #include "spin.h"
 #include "sys.h"

@@ -1,8 +1,7 @@
 /*
  * install.c - the connection a handshake ends in, bound to the program's
  * descriptor: left on TCP with its reason, or on shared memory with its
- * region and shared state (the shm_parts the handshake gathered); and the
- * descriptor table's hooks (fdview.h) the handshake reaches it through.
+ * region and shared state (the shm_parts the handshake gathered).
  */
 #include "hs_internal.h"
 
@@ -10,46 +9,6 @@
 #include "region.h"
 
 #include <string.h>
-
-/*
- * Before a front end registers its table - a wrapper called from another
- * library's constructor, or with SMCLO_DISABLE set, when the shim never
- * makes one - the hooks know no descriptor: no flags, no connection, no
- * listener lock, no option carried over.  Only the calls that only look
- * (hs_listener_no_direct from setsockopt, fcntl, poll) get this far then;
- * no handshake starts without an active shim.
- */
-static uint16_t no_flags(int fd) { return 0; }
-static void no_set_flags(int fd, uint16_t flags) { }
-static void no_bind_conn(struct conn *c, int fd) { }
-static struct conn *no_get_conn(int fd) { return NULL; }
-static void no_for_each_conn(void (*fn)(int fd, struct conn *c, void *arg), void *arg) { }
-static int no_count(int fd) { return 0; }
-static int no_kernel_accepts(int fd, int delta) { return 0; }
-static void no_set_listen_lock(int fd, int lockfd) { }
-static int no_take_listen_lock(int fd) { return -1; }
-static void no_for_each_listener(void (*fn)(int fd)) { }
-static void no_release_kept(int fd) { }
-static int no_budget_small(void) { return 0; }
-static int no_copy_timeouts(int from_tcp, int to_unix) { return 0; }
-static int no_may_have_timeouts(int fd) { return 1; }
-
-/* The descriptor table's answers (fdview.h), set by the front end at start. */
-struct hs_fd_hooks fdv = {
-	.flags = no_flags, .set_flags = no_set_flags, .add_flags = no_set_flags,
-	.bind_conn = no_bind_conn, .get_conn = no_get_conn, .for_each_conn = no_for_each_conn,
-	.epoll_early = no_count, .kernel_accepts = no_kernel_accepts,
-	.set_listen_lock = no_set_listen_lock, .take_listen_lock = no_take_listen_lock,
-	.for_each_listener = no_for_each_listener, .release_kept = no_release_kept,
-	.budget_small = no_budget_small, .copy_timeouts = no_copy_timeouts,
-	.may_have_timeouts = no_may_have_timeouts,
-};
-
-/* A front end gives every hook (fdview.h): a NULL one would be called. */
-void hs_set_fd_hooks(const struct hs_fd_hooks *h)
-{
-	fdv = *h;
-}
 
 /* @c named @l -> @r, with a row in this process's table (`smclo stat`) under @slot_fd. */
 static void conn_listed(struct conn *c, int slot_fd, int role, const struct ep *l,
@@ -75,7 +34,7 @@ struct conn *conn_tcp(int fd, int role, int reason, const struct ep *l,
 		return NULL;
 	conn_listed(c, fd, role, l, p);
 	stats_slot_decide(totals, c->slot, MODE_TCP, reason);
-	fdv.bind_conn(c, fd);
+	fd_bind_conn(c, fd);
 	conn_put(c);
 	return c;
 }
@@ -135,7 +94,7 @@ struct conn *conn_new_shm(int slot_fd, int role, struct shm_parts *p,
  */
 void conn_go_lean(struct conn *c)
 {
-	if (!fdv.budget_small())
+	if (!fd_budget_is_small())
 		return;
 	if (c->tcp_fd >= 0) {
 		/* its addresses are the connection's: kept, then the socket goes,
@@ -171,6 +130,6 @@ void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
 	c->tcp_fd = tcp_fd;
 	conn_go_lean(c);
 	stats_slot_decide(totals, c->slot, MODE_SHM, R_NONE);
-	fdv.bind_conn(c, app_fd);
+	fd_bind_conn(c, app_fd);
 	conn_put(c);
 }

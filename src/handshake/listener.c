@@ -20,7 +20,7 @@ int hs_listen_bound(int fd)
 	if (ep_of_socket(fd, 0, &e) < 0 || e.port == 0)
 		return -1;
 	hs_listen(fd);
-	return (fdv.flags(fd) & FDF_LISTENING) ? 0 : -1;
+	return (fd_flags(fd) & FDF_LISTENING) ? 0 : -1;
 }
 
 /*
@@ -40,8 +40,8 @@ static void listener_mark_unreachable(int fd)
 	hs_listener_no_direct(fd);      /* leaves direct, under direct.c's lock */
 	if ((lock = listener_register(fd, &none)) < 0)
 		return;
-	old = fdv.take_listen_lock(fd);
-	fdv.set_listen_lock(fd, lock);
+	old = fd_take_listen_lock(fd);
+	fd_set_listen_lock(fd, lock);
 	if (old >= 0)
 		registry_lock_remove(registry_fd, "l", old);
 }
@@ -51,7 +51,7 @@ static void listeners_unreachable(const char *why)
 	if (registry_fd < 0 || registry_unreachable)
 		return;
 	registry_unreachable = 1;
-	fdv.for_each_listener(listener_mark_unreachable);
+	fd_for_each_listener(listener_mark_unreachable);
 	DBG("%s: listeners marked for TCP", why);
 }
 
@@ -103,7 +103,7 @@ void hs_listen(int fd)
 	struct listener_offer offer = { .inbox = inbox_id(), .tx_size = cfg.tx_size,
 	                                .rx_max = cfg.rx_max };
 	int lock;
-	uint16_t f = fdv.flags(fd);
+	uint16_t f = fd_flags(fd);
 
 	/*
 	 * A server that can make neither an inbox nor the socket it answers
@@ -115,12 +115,12 @@ void hs_listen(int fd)
 	lock = listener_register(fd, &offer);
 	if (lock < 0)
 		return;
-	fdv.set_listen_lock(fd, lock);
+	fd_set_listen_lock(fd, lock);
 	if (!(f & FDF_KNOWN) && domain_of(fd) == AF_INET6)
 		f |= FDF_INET6;         /* inherited: asked once, here */
 	if (!(f & FDF_KNOWN))
 		f |= FDF_TIMEOUTS;      /* and whatever options it came with, not known */
-	fdv.set_flags(fd, FDF_TCP | FDF_KNOWN | FDF_LISTENING |
+	fd_set_flags(fd, FDF_TCP | FDF_KNOWN | FDF_LISTENING |
 	             (f & (FDF_SMC | FDF_INET6 | FDF_TIMEOUTS | FDF_NO_DIRECT)));
 }
 
@@ -133,27 +133,27 @@ void hs_listen(int fd)
 static void listener_forked(int fd)
 {
 	struct listener_offer none = { 0 };
-	int old = fdv.take_listen_lock(fd), lock = listener_register(fd, &none);
+	int old = fd_take_listen_lock(fd), lock = listener_register(fd, &none);
 
 	if (old >= 0)
 		sys_close(old);
 	/* the parent's direct inbox is not the child's (inbox.c drops the copy) */
-	fdv.set_flags(fd, (fdv.flags(fd) & ~FDF_DIRECT) | FDF_NO_DIRECT);
+	fd_set_flags(fd, (fd_flags(fd) & ~FDF_DIRECT) | FDF_NO_DIRECT);
 	if (lock < 0)
 		return;
 	if (!(sys_fcntl(fd, F_GETFD, 0) & FD_CLOEXEC))
 		sys_fcntl(lock, F_SETFD, 0);
-	fdv.set_listen_lock(fd, lock);
+	fd_set_listen_lock(fd, lock);
 }
 
 void hs_after_fork(void)
 {
-	fdv.for_each_listener(listener_forked);
+	fd_for_each_listener(listener_forked);
 }
 
 void hs_listener_closed(int fd)
 {
-	int lock = fdv.take_listen_lock(fd);
+	int lock = fd_take_listen_lock(fd);
 
 	/* a fork child holds an entry of its own (listener_forked) */
 	if (lock >= 0)

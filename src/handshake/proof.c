@@ -84,7 +84,7 @@ int io_uring_in_use(void)
  * sockets socket() and accept() made here (FDF_INET6). */
 int domain_of(int fd)
 {
-	uint16_t f = fdv.flags(fd);
+	uint16_t f = fd_flags(fd);
 	int v = AF_INET;
 	socklen_t l = sizeof(v);
 

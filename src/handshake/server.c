@@ -159,12 +159,12 @@ static int server_install(struct server *sv, struct shm_parts *p)
 
 	DBG("accept fd %d: shm (ring tx %u rx %u)%s", sv->s, p->down, p->up,
 	    sv->direct ? " without TCP" : "");
-	p->rcvtimeo_ms = fdv.copy_timeouts(model, sv->s);
+	p->rcvtimeo_ms = sockopt_copy_timeouts(model, sv->s);
 	p->direct = sv->direct;
 	if (sv->flags & SOCK_NONBLOCK)  /* every pair end comes blocking, as its maker made it */
 		sys_fcntl(sv->s, F_SETFL, O_NONBLOCK);
 	if (!sv->direct) {
-		fdv.set_flags(sv->fd, 0);
+		fd_set_flags(sv->fd, 0);
 		tcp = io_keep_fd(sv->fd);
 	}
 	conn_shm(sv->s, tcp, ROLE_SERVER, p, &sv->local, &sv->peer, domain,
@@ -292,11 +292,11 @@ int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t
 
 	if (ep_from_sockaddr(&sv.peer, peer, peer_len) < 0)
 		return fd;                      /* not an IP socket */
-	if (!(fdv.flags(lfd) & FDF_LISTENING))
+	if (!(fd_flags(lfd) & FDF_LISTENING))
 		hs_listen(lfd);                 /* inherited listener: announce it now */
 	/* accept() gives addresses in the socket's own family */
-	fdv.set_flags(fd, FDF_TCP | FDF_KNOWN | (peer->sa_family == AF_INET6 ? FDF_INET6 : 0) |
-	             ((fdv.flags(lfd) & (FDF_KNOWN | FDF_TIMEOUTS)) != FDF_KNOWN ? FDF_TIMEOUTS : 0));
+	fd_set_flags(fd, FDF_TCP | FDF_KNOWN | (peer->sa_family == AF_INET6 ? FDF_INET6 : 0) |
+	             ((fd_flags(lfd) & (FDF_KNOWN | FDF_TIMEOUTS)) != FDF_KNOWN ? FDF_TIMEOUTS : 0));
 	if (registry_fd < 0)
 		return server_fallback(&sv, R_NO_REGISTRY);
 	/*

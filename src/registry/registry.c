@@ -2,8 +2,8 @@
  * registry.c - listener entries, rendezvous sockets and liveness locks (registry.h).
  */
 #include "registry.h"
-
 #include "forkguard.h"
+
 #include "sys.h"
 
 #include <dirent.h>
@@ -96,6 +96,8 @@ static int mkdir_checked(const char *path, mode_t mode, int must_be_private,
 	}
 	return 0;
 }
+
+int registry_fd = -1;
 
 int registry_open(const char *dir, int is_default, char *err, size_t errlen)
 {
@@ -855,4 +857,22 @@ void registry_gc(int dirfd)
 	gc_dir(dirfd, "p", minute_old);
 	gc_dir(dirfd, "h", parcel_stale);
 	gc_dir(dirfd, "i", inbox_dead);
+}
+
+int registry_attach(const char *dir, int is_default, int (*keep)(int fd), char *err,
+                    size_t errlen)
+{
+	int fd = registry_open(dir, is_default, err, errlen);
+
+	if (fd < 0)
+		return -1;
+	registry_fd = keep(fd);
+	return 0;
+}
+
+void registry_detach(void)
+{
+	if (registry_fd >= 0)
+		close(registry_fd);
+	registry_fd = -1;
 }

@@ -213,4 +213,16 @@ void registry_for_each(int dirfd, const char *sub, registry_visit_fn fn, void *a
 /* Remove entries of dead owners and stale rendezvous sockets. */
 void registry_gc(int dirfd);
 
+/*
+ * The registry this process uses: opened by registry_attach (at start,
+ * runtime/init.c), kept by @keep as one of the library's own descriptors
+ * (fd_hide: out of the program's way).  -1 until then, and for good when it
+ * could not be opened (the message is in @err).
+ */
+extern int registry_fd;
+int registry_attach(const char *dir, int is_default, int (*keep)(int fd), char *err,
+                    size_t errlen);
+/* Closed again (a start that failed after registry_attach). */
+void registry_detach(void);
+
 #endif

@@ -2,8 +2,8 @@
  * stats.c - per-process connection tables and registry-wide totals (stats.h).
  */
 #include "stats.h"
-
 #include "forkguard.h"
+
 #include "log.h"
 #include "registry.h"
 #include "sys.h"
@@ -36,6 +36,8 @@ static void totals_path(char out[REGISTRY_PATH_MAX], uid_t uid)
 	snprintf(name, sizeof(name), "%u", (unsigned)uid);
 	registry_entry_path(out, "t", name);
 }
+
+struct stats_totals *totals;
 
 struct stats_totals *stats_totals_map(int dirfd)
 {
@@ -432,4 +434,27 @@ uint64_t stats_fallback_not_short_lived(const struct stats_totals *t)
 	uint64_t no_smclo = t->fallback[R_PEER_NO_SMCLO];
 
 	return stats_fallbacks(t) - short_lived - (no_smclo < short_lived ? no_smclo : short_lived);
+}
+
+void stats_attach_totals(const char *dir)
+{
+	totals = stats_totals_map(registry_fd);
+	if (!totals && (errno == EPERM || errno == EPROTO))
+		fprintf(stderr, "smclo: registry %s: t/%u must be " STATS_TOTALS_RULE "; this "
+		        "process's connections are not counted in `smclo stats`\n",
+		        dir, (unsigned)geteuid());
+	else if (!totals)
+		fprintf(stderr, "smclo: registry %s: cannot map t/%u: %s; this process's "
+		        "connections are not counted in `smclo stats`\n",
+		        dir, (unsigned)geteuid(), strerror(errno));
+}
+
+void stats_detach_totals(void)
+{
+	if (!totals)
+		return;
+	if (my_totals == totals)
+		my_totals = NULL;
+	munmap(totals, sizeof(*totals));
+	totals = NULL;
 }

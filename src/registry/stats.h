@@ -138,4 +138,14 @@ uint64_t stats_fallbacks(const struct stats_totals *t);
  */
 uint64_t stats_fallback_not_short_lived(const struct stats_totals *t);
 
+/*
+ * This user's totals in the registry this process uses (registry_fd),
+ * mapped by stats_attach_totals at start; NULL when they cannot be (the
+ * reason goes to stderr: the process's connections are then not counted).
+ */
+extern struct stats_totals *totals;
+void stats_attach_totals(const char *dir);
+/* Unmapped again (a start that failed after stats_attach_totals). */
+void stats_detach_totals(void);
+
 #endif

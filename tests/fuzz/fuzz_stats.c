@@ -26,7 +26,7 @@
  */
 #include "fuzz.h"
 
-#include "cli/stat.c"
+#include "../../src/cli/stat.c"
 
 #include <errno.h>
 

@@ -46,7 +46,9 @@ extra_sources() {
 	esac
 }
 
-CFLAGS="-g -O1 -std=gnu11 -D_GNU_SOURCE -I$root/src -I$root/src/core -I$root/src/registry -I$root/src/proto -I$root/src/base -Wall -Wextra -Wno-unused-parameter
+# the core layer's include path (src/LAYERS): a harness sees what the core sees
+CORE_INCLUDES=$(ROOT="$root" "$root/tools/layers.sh" includes core) || die "src/LAYERS unreadable"
+CFLAGS="-g -O1 -std=gnu11 -D_GNU_SOURCE $CORE_INCLUDES -Wall -Wextra -Wno-unused-parameter
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -pthread"
 
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -119,8 +121,7 @@ case ${1:-} in
 --seeds)
 	command -v "$CC" >/dev/null 2>&1 || need_clang
 	mkdir -p "$FUZZ_BUILD/bin"
-	(cd "$root" && $CC -g -std=gnu11 -D_GNU_SOURCE -I"$root/src" -I"$root/src/core" -I"$root/src/registry" -I"$root/src/proto" \
-	      -I"$root/src/base" tests/fuzz/gen_seeds.c \
+	(cd "$root" && $CC -g -std=gnu11 -D_GNU_SOURCE $CORE_INCLUDES tests/fuzz/gen_seeds.c \
 	      $core -pthread -o "$FUZZ_BUILD/bin/gen_seeds") || die "building gen_seeds failed"
 	"$FUZZ_BUILD/bin/gen_seeds" "$here/corpus" || die "gen_seeds failed"
 	echo "seeds written to tests/fuzz/corpus/"

@@ -1,5 +1,5 @@
 """What libsmclo.so exports: exactly the libc functions it interposes (and
-smclo_* once the native API exists), through src/libsmclo.map.
+smclo_* once the native API exists), through src/runtime/libsmclo.map.
 
 A wrapper marked EXPORT in src/ but missing from the map would be made
 local by the linker, and the program would call libc's function instead,
@@ -41,7 +41,7 @@ def marked_export():
 
 
 def in_map():
-    text = re.sub(r"/\*.*?\*/", "", (ROOT / "src" / "libsmclo.map").read_text(), flags=re.S)
+    text = re.sub(r"/\*.*?\*/", "", (ROOT / "src" / "runtime" / "libsmclo.map").read_text(), flags=re.S)
     glob = text.split("global:")[1].split("local:")[0]
     return {n.strip() for n in glob.split(";") if n.strip()}
 
@@ -51,11 +51,11 @@ def test_exports_are_exactly_the_wrappers():
     marked = marked_export()
     assert marked, "no EXPORT found in src/"
     missing = marked - set(syms)
-    assert not missing, "marked EXPORT but not exported (add them to src/libsmclo.map): %s" % \
+    assert not missing, "marked EXPORT but not exported (add them to src/runtime/libsmclo.map): %s" % \
         sorted(missing)
     allowed = in_map()
     extra = {s for s in syms if s not in allowed and not s.startswith("smclo_")}
-    assert not extra, "exported beyond src/libsmclo.map: %s" % sorted(extra)
+    assert not extra, "exported beyond src/runtime/libsmclo.map: %s" % sorted(extra)
     unmarked = {s for s in syms if s not in marked and not s.startswith("smclo_")}
     assert not unmarked, "exported but not an EXPORT wrapper: %s" % sorted(unmarked)
 

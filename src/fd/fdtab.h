@@ -3,24 +3,36 @@
  * process is to smclo (a connection, a socket it watches, one of its own
  * hidden descriptors), and the descriptor budget.
  *
- * The preload shim's view of the process, kept apart from the connection
- * itself (conn.h): the data path (io.h) works on a struct conn and never
- * looks a descriptor up.
+ * The process's descriptors as smclo sees them, kept apart from the
+ * connection itself (conn.h): the data path (io.h) works on a struct conn
+ * and never looks a descriptor up.  The handshake reads and sets these
+ * entries directly (it sits above this layer); the front ends above it
+ * (the shim, the native API, the hand-over) do too.
  */
 #ifndef SMCLO_FDTAB_H
 #define SMCLO_FDTAB_H
 
 #include "conn.h"
-#include "fdview.h"
 
 /*
- * Per-descriptor knowledge about sockets that are not (yet) connections:
- * the handshake's flags (fdview.h) and the front end's own, in one word.
+ * Per-descriptor knowledge about sockets that are not (yet) connections,
+ * in one 16-bit word: what the handshake sets and reads...
  */
-#define FDF_EPOLL     16u   /* an epoll instance (watch.c) */
-#define FDF_WATCHED   32u   /* registered in an epoll set watch.c tracks */
+#define FDF_TCP        1u   /* an AF_INET/AF_INET6 stream socket we saw created */
+#define FDF_SMC        2u   /* created as AF_SMC */
+#define FDF_LISTENING  4u   /* registered as a listener */
+#define FDF_KNOWN      8u   /* flags above are authoritative */
+#define FDF_PENDING  128u   /* a connection whose handshake is not decided yet */
+#define FDF_INET6    512u   /* with FDF_KNOWN: an AF_INET6 socket (else AF_INET) */
+#define FDF_DIRECT  1024u   /* a listener taking connections without TCP (direct.c) */
+#define FDF_NO_DIRECT 2048u /* a listener that never will (hs_listener_no_direct) */
+#define FDF_TIMEOUTS 4096u  /* SO_RCVTIMEO/SO_SNDTIMEO may be set: ask the kernel (sockopt.c) */
+
+/* ...and what the shim's epoll wrappers set and read (epoll_watch.c). */
+#define FDF_EPOLL     16u   /* an epoll instance */
+#define FDF_WATCHED   32u   /* registered in an epoll set epoll_watch.c tracks */
 #define FDF_NESTED    64u   /* an epoll instance inside another one */
-#define FDF_PARKED   256u   /* a registration of it was parked in some set once (watch.c) */
+#define FDF_PARKED   256u   /* a registration of it was parked in some set once */
 
 /*
  * A small descriptor limit (RLIMIT_NOFILE below 512): a connection that
@@ -85,7 +97,7 @@ static inline int fd_epoll_early_count(int fd)
 	return e ? atomic_load_explicit(&e->epoll_early, memory_order_relaxed) : 0;
 }
 void fd_add_flags(int fd, uint16_t flags);
-/* Threads in accept()'s kernel wait on @fd, after adding @delta (fdview.h). */
+/* Threads in accept()'s kernel wait on @fd, after adding @delta (direct.c). */
 int fd_kernel_accepts(int fd, int delta);
 void fd_set_listen_lock(int fd, int lockfd);
 int fd_take_listen_lock(int fd);
@@ -93,7 +105,7 @@ int fd_take_listen_lock(int fd);
 void fd_for_each_listener(void (*fn)(int fd));
 
 /* The connection behind @fd with a reference held, or NULL. */
-struct conn *conn_get(int fd);
+struct conn *fd_get_conn(int fd);
 /* Quick test without a reference, for the pass-through fast path. */
 static inline int fd_has_conn(int fd)
 {
@@ -103,27 +115,19 @@ static inline int fd_has_conn(int fd)
 }
 
 /* Name @fd as a holder of @c (takes a reference). */
-void conn_bind_fd(struct conn *c, int fd);
+void fd_bind_conn(struct conn *c, int fd);
 /* Forget @fd; returns its connection (reference transferred) or NULL. */
-struct conn *conn_unbind_fd(int fd);
+struct conn *fd_unbind_conn(int fd);
 /* No descriptor above this number was ever known to the table. */
 int fd_table_high(void);
 /* Visit every bound descriptor (used by fork and exec handling). */
-void conn_for_each_fd(void (*fn)(int fd, struct conn *c, void *arg), void *arg);
+void fd_for_each_conn(void (*fn)(int fd, struct conn *c, void *arg), void *arg);
 /* Move @fd above the application's range, close-on-exec; returns new fd. */
 int fd_hide(int fd);
 /* A hidden copy of @fd, or -1 (io_hooks.keep_copy): with @if_spare, only
  * if the descriptor budget allows and the copy lands in the hidden range. */
 int fd_keep_copy(int fd, int if_spare);
 
-/* fdclose.c: the descriptor side of closing */
-void conn_close_fd(int fd);
-/*
- * A program that cannot take the connection over gets @fd as a fresh,
- * unconnected TCP socket.  @leave: this process stops holding it (an exec
- * of the process itself; not a vfork child, whose parent goes on with it).
- */
-void conn_reset_for_exec(int fd, int leave);
 /* A copy of @fd kept as one of smclo's own (in the hidden range if it can be). */
 int fd_dup_hidden(int fd);
 /*
@@ -142,5 +146,24 @@ int fd_next_ours(unsigned from, unsigned last);
 void fd_forget_ours(int fd);
 /* Whether @fd is above the application's range (the move can fall short). */
 int fd_is_hidden(int fd);
+
+/*
+ * fdfork.c: the child of a fork holds every connection it inherits (one
+ * more holder each, counted before the fork).  The fork handlers of
+ * runtime/fork.c call prepare, parent and child; the shim's fork() brackets
+ * the real one with begin and end (@failed: no child was made).
+ */
+void fdfork_prepare(void);
+void fdfork_parent(void);
+void fdfork_child(void);
+void fdfork_begin(void);
+void fdfork_end(int failed);
+
+/*
+ * Set once the library is up (runtime/init.c, fdtab_activate): 0 means
+ * every wrapper passes everything through.
+ */
+extern int smclo_active;
+void fdtab_activate(void);
 
 #endif

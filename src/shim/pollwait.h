@@ -16,9 +16,9 @@ int pollwait_needed(const struct pollfd *fds, nfds_t n);
 int pollwait(struct pollfd *fds, nfds_t n, int timeout, const sigset_t *mask);
 
 /* Does any descriptor in @rd (below @nfds) need us? */
-int selectwait_needed(int nfds, const fd_set *rd);
+int pollwait_select_needed(int nfds, const fd_set *rd);
 
 /* pselect() on top of pollwait(). */
-int selectwait(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout, const sigset_t *mask);
+int pollwait_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout, const sigset_t *mask);
 
 #endif

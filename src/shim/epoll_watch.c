@@ -55,7 +55,7 @@
  * set's own lock is held by a wait for its whole look and spin (bounded by
  * SPIN_NS), so a close or epoll_ctl from another thread waits at most that.
  */
-#include "watch.h"
+#include "epoll_watch.h"
 #include "fdtab.h"
 
 #include "conn.h"
@@ -328,7 +328,7 @@ static void set_unpark(struct watch_set *s)
 
 /* ---- registrations ------------------------------------------------------ */
 
-void watch_epoll_created(int epfd)
+void epoll_watch_epoll_created(int epfd)
 {
 	struct watch_set *s;
 
@@ -354,13 +354,13 @@ static void mark_nested(int epfd)
 	}
 }
 
-void watch_epfd_copied(int epfd)
+void epoll_watch_epfd_copied(int epfd)
 {
 	if (fd_flags(epfd) & FDF_EPOLL)
 		mark_nested(epfd);
 }
 
-int watch_epfd_polled(int epfd)
+int epoll_watch_epfd_polled(int epfd)
 {
 	struct watch_set *s;
 	int ready = 0;
@@ -389,7 +389,7 @@ static void entry_modify(struct watch_set *s, struct watch_entry *e, const struc
 		entry_watch(s, e);
 }
 
-void watch_ctl(int epfd, int op, int fd, const struct epoll_event *ev)
+void epoll_watch_ctl(int epfd, int op, int fd, const struct epoll_event *ev)
 {
 	struct conn *c = NULL;
 	struct watch_set *s;
@@ -398,7 +398,7 @@ void watch_ctl(int epfd, int op, int fd, const struct epoll_event *ev)
 	if (op == EPOLL_CTL_ADD && (fd_flags(fd) & FDF_EPOLL))
 		mark_nested(fd);
 	if (op == EPOLL_CTL_ADD) {
-		if (!fd_has_conn(fd) || !(c = conn_get(fd)))
+		if (!fd_has_conn(fd) || !(c = fd_get_conn(fd)))
 			return;
 		if (c->mode != MODE_SHM) {
 			conn_put(c);
@@ -496,7 +496,7 @@ static int entry_ctl(struct watch_set *s, struct watch_entry *e, int op, struct 
 	return -1;
 }
 
-int watch_ctl_parked(int epfd, int op, int fd, struct epoll_event *ev)
+int epoll_watch_ctl_parked(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	struct watch_set *s;
 	struct watch_entry *e;
@@ -522,7 +522,7 @@ int watch_ctl_parked(int epfd, int op, int fd, struct epoll_event *ev)
 	return rc;
 }
 
-int watch_drop_parked(struct epoll_event *ev, int n)
+int epoll_watch_drop_parked(struct epoll_event *ev, int n)
 {
 	int kept = 0;
 
@@ -532,7 +532,7 @@ int watch_drop_parked(struct epoll_event *ev, int n)
 	return n > 0 ? kept : n;
 }
 
-void watch_fd_closed(int fd)
+void epoll_watch_fd_closed(int fd)
 {
 	uint16_t f = fd_flags(fd);
 	struct watch_set *s;
@@ -586,7 +586,7 @@ static void fork_child(void)
 	pthread_mutex_init(&table_lock, NULL);
 }
 
-void watch_before_exec(void)
+void epoll_watch_before_exec(void)
 {
 	pthread_mutex_lock(&table_lock);
 	unwatch_all();
@@ -742,7 +742,7 @@ static int spin_watch(struct watch_set *s, struct epoll_event *ev, int max)
 	}
 }
 
-int watch_before_wait(int epfd, struct epoll_event *ev, int max, int timeout, int may_spin)
+int epoll_watch_before_wait(int epfd, struct epoll_event *ev, int max, int timeout, int may_spin)
 {
 	struct watch_set *s;
 	int n;
@@ -769,13 +769,13 @@ int watch_before_wait(int epfd, struct epoll_event *ev, int max, int timeout, in
 	if (n < 0)
 		return WATCH_PASS;
 	if (n == 0 && timeout != 0) {
-		watch_thread_sleeps();
+		epoll_watch_thread_sleeps();
 		return WATCH_SLEEP;
 	}
 	return n;
 }
 
-int watch_after_sleep(int epfd, struct epoll_event *ev, int n)
+int epoll_watch_after_sleep(int epfd, struct epoll_event *ev, int n)
 {
 	struct watch_set *s = set_lock(epfd);
 	int kept = 0;
@@ -797,7 +797,7 @@ int watch_after_sleep(int epfd, struct epoll_event *ev, int n)
 	return n > 0 ? kept : n;
 }
 
-void watch_thread_sleeps(void)
+void epoll_watch_thread_sleeps(void)
 {
 	while (n_my_sets > 0) {
 		int epfd = my_sets[n_my_sets - 1];

@@ -21,7 +21,6 @@
 #include "fdtab.h"
 
 #include "handshake.h"
-#include "interpose.h"
 #include "io.h"
 
 #include <errno.h>
@@ -238,7 +237,7 @@ static int not_tcp(int fd, int for_send)
  */
 struct conn *api_conn(int fd, int for_send, int *err)
 {
-	struct conn *c = smclo_active && fd_has_conn(fd) ? conn_get(fd) : NULL;
+	struct conn *c = smclo_active && fd_has_conn(fd) ? fd_get_conn(fd) : NULL;
 
 	*err = 0;
 	if (c && atomic_load_explicit(&c->pending, memory_order_relaxed) != PENDING_NONE)

@@ -1,12 +1,15 @@
 /*
- * fdclose.c - closing a descriptor of an accelerated connection: which
- * descriptor goes, whether it was this process's last one for the
- * connection, the hidden TCP socket, what payoff.c learns, and what an exec
- * does to a connection it cannot take.  What closing means for the rings is
- * core/close.c's.
+ * release.c - a process lets go of a connection: a descriptor of it closed
+ * (which one goes, whether it was this process's last one, the hidden TCP
+ * socket, what payoff.c learns, an undecided offer withdrawn), and what an
+ * exec does to a connection the new program cannot take.  What closing
+ * means for the rings is core/close.c's.  Here, not in the descriptor
+ * layer below, because leaving is the handshake's business too: the offer,
+ * the payoff, the TCP socket's close put off.
  */
+#include "hs_internal.h"
+
 #include "io.h"
-#include "fdtab.h"
 
 #include "deferred.h"
 #include "inbox.h"
@@ -18,7 +21,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 
-static void close_hidden_tcp(struct conn *c, int last)
+static void release_hidden_tcp(struct conn *c, int last)
 {
 	if (c->tcp_fd < 0)
 		return;
@@ -39,7 +42,7 @@ static void close_hidden_tcp(struct conn *c, int last)
  * connection (region_put).  One poll, only when we close first or the
  * client died.
  */
-static int peer_crashed(struct conn *c, int fd)
+static int release_peer_crashed(struct conn *c, int fd)
 {
 	if (region_mine(c->region) ||
 	    atomic_load_explicit(&c->rx->flags, memory_order_acquire) & RING_F_CLOSED)
@@ -48,7 +51,7 @@ static int peer_crashed(struct conn *c, int fd)
 }
 
 /* A client tells payoff.c how much this connection carried. */
-static void record_payoff(struct conn *c)
+static void release_record_payoff(struct conn *c)
 {
 	uint64_t bytes = 0;
 
@@ -64,7 +67,7 @@ static void record_payoff(struct conn *c)
 }
 
 /* The last descriptor of this process for @c (@fd) is going away. */
-static void conn_leave_process(struct conn *c, int fd)
+static void release_last_holder(struct conn *c, int fd)
 {
 	int last = 1;
 
@@ -72,10 +75,10 @@ static void conn_leave_process(struct conn *c, int fd)
 		last = atomic_fetch_sub(&c->sh->holders, 1) == 1;
 		if (last) {
 			conn_publish_close(c, 0);
-			record_payoff(c);
+			release_record_payoff(c);
 		}
-		c->reusable = last && !peer_crashed(c, fd);
-		close_hidden_tcp(c, last);
+		c->reusable = last && !release_peer_crashed(c, fd);
+		release_hidden_tcp(c, last);
 	}
 	/* a forked child closing an inherited TCP descriptor leaves the listing to its parent */
 	if (last && (c->mode == MODE_SHM || !c->inherited)) {
@@ -84,9 +87,9 @@ static void conn_leave_process(struct conn *c, int fd)
 	}
 }
 
-void conn_close_fd(int fd)
+void hs_release_fd(int fd)
 {
-	struct conn *c = conn_unbind_fd(fd);
+	struct conn *c = fd_unbind_conn(fd);
 
 	if (!c)
 		return;
@@ -100,12 +103,12 @@ void conn_close_fd(int fd)
 	}
 	if (c->fd_count == 0) {
 		io_release_mine(c);     /* a claim or peek of ours would lock us out */
-		conn_leave_process(c, fd);
+		release_last_holder(c, fd);
 	}
 	conn_put(c);
 }
 
-void conn_reset_for_exec(int fd, int leave)
+void hs_release_for_exec(int fd, int leave)
 {
 	/*
 	 * Reads of a fresh, unconnected TCP socket fail with ENOTCONN and
@@ -117,7 +120,7 @@ void conn_reset_for_exec(int fd, int leave)
 	int fl = sys_fcntl(fd, F_GETFD, 0);
 
 	if (leave) {
-		struct conn *c = conn_unbind_fd(fd);
+		struct conn *c = fd_unbind_conn(fd);
 
 		if (c && c->fd_count == 0 && c->mode == MODE_SHM &&
 		    atomic_fetch_sub(&c->sh->holders, 1) == 1)

@@ -16,10 +16,12 @@
  * way (copied bytes) is not known, and such a spawn goes to glibc.
  */
 #include "conn.h"
-#include "exec.h"
 #include "forkguard.h"
+#include "exec.h"
+#include "fdtab.h"
 #include "handshake.h"
 #include "interpose.h"
+#include "shim.h"
 #include "sys.h"
 
 #include <errno.h>

@@ -59,7 +59,7 @@ static int option_socket(struct conn *c)
 	return fd;
 }
 
-int so_getsockopt(struct conn *c, int fd, int level, int opt, void *val, socklen_t *len)
+int sockopt_get(struct conn *c, int fd, int level, int opt, void *val, socklen_t *len)
 {
 	if (level == SOL_SOCKET) {
 		switch (opt) {
@@ -79,7 +79,7 @@ int so_getsockopt(struct conn *c, int fd, int level, int opt, void *val, socklen
 	return sys_getsockopt(option_socket(c), level, opt, val, len);
 }
 
-int so_setsockopt(struct conn *c, int fd, int level, int opt, const void *val, socklen_t len)
+int sockopt_set(struct conn *c, int fd, int level, int opt, const void *val, socklen_t len)
 {
 	int rc = sys_setsockopt(option_socket(c), level, opt, val, len);
 
@@ -90,7 +90,7 @@ int so_setsockopt(struct conn *c, int fd, int level, int opt, const void *val, s
 	return rc;
 }
 
-int so_rcvtimeo_ms(struct conn *c, int fd)
+int sockopt_rcvtimeo_ms(struct conn *c, int fd)
 {
 	int ms = atomic_load_explicit(&c->sh->rcvtimeo_ms, memory_order_relaxed) - 1;
 	struct timeval tv = { 0 };
@@ -105,7 +105,7 @@ int so_rcvtimeo_ms(struct conn *c, int fd)
 	return ms;
 }
 
-int so_name(struct conn *c, int peer, struct sockaddr *sa, socklen_t *len)
+int sockopt_name(struct conn *c, int peer, struct sockaddr *sa, socklen_t *len)
 {
 	int rc;
 
@@ -124,7 +124,7 @@ int so_name(struct conn *c, int peer, struct sockaddr *sa, socklen_t *len)
 	return 0;
 }
 
-int so_ioctl(struct conn *c, unsigned long req, void *arg, int *handled)
+int sockopt_ioctl(struct conn *c, unsigned long req, void *arg, int *handled)
 {
 	*handled = 1;
 	switch (req) {
@@ -143,18 +143,18 @@ int so_ioctl(struct conn *c, unsigned long req, void *arg, int *handled)
 	return 0;
 }
 
-int so_may_have_timeouts(int fd)
+int sockopt_may_have_timeouts(int fd)
 {
 	/* a socket made here whose timeouts nobody set has none */
 	return (fd_flags(fd) & (FDF_KNOWN | FDF_TIMEOUTS)) != FDF_KNOWN || fd_options_shared;
 }
 
-int so_copy_timeouts(int from_tcp, int to_unix)
+int sockopt_copy_timeouts(int from_tcp, int to_unix)
 {
 	static const int opts[] = { SO_RCVTIMEO, SO_SNDTIMEO };
 	int rcv_ms = 0;
 
-	if (!so_may_have_timeouts(from_tcp))
+	if (!sockopt_may_have_timeouts(from_tcp))
 		return 0;       /* no system call */
 	for (size_t i = 0; i < 2; i++) {
 		struct timeval tv;

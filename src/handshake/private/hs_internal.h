@@ -1,12 +1,14 @@
 /*
  * hs_internal.h - what the handshake's files share among themselves (not
- * for the layers above: they include handshake.h and fdview.h).
+ * for the layers above, which include handshake.h; this directory is not on
+ * their include path).
  */
 #ifndef SMCLO_HS_INTERNAL_H
 #define SMCLO_HS_INTERNAL_H
 
 #include "handshake.h"
-#include "fdview.h"
+#include "fdtab.h"
+#include "sockopt.h"
 
 #include "addr.h"
 #include "clc.h"
@@ -18,9 +20,6 @@
 
 #include <stdint.h>
 #include <sys/types.h>
-
-/* The descriptor table's hooks (install.c, set by hs_set_fd_hooks). */
-extern struct hs_fd_hooks fdv;
 
 /* ---- proof.c ------------------------------------------------------------ */
 
@@ -56,7 +55,7 @@ struct shm_parts {
 	struct region *region;
 	struct conn_shared *sh;
 	uint32_t up, down;      /* ring data sizes, client->server and back */
-	int rcvtimeo_ms;        /* SO_RCVTIMEO carried over (fdview.h, copy_timeouts) */
+	int rcvtimeo_ms;        /* SO_RCVTIMEO carried over (sockopt_copy_timeouts) */
 	int direct;             /* set up without a TCP connection (conn.direct) */
 };
 

@@ -10,10 +10,11 @@
 #include "exec.h"
 
 #include "conn.h"
+#include "fdtab.h"
 #include "handover.h"
 #include "interpose.h"
 #include "sys.h"
-#include "watch.h"
+#include "epoll_watch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -137,7 +138,7 @@ int exec_with_handover(const struct exec_call *x, char *const envp[])
 
 		if (loads < 0)
 			return call_real(x, envp);      /* refused: nothing to hand over */
-		watch_before_exec();
+		epoll_watch_before_exec();
 		env = handover_exec(envp, loads, env_out, n + 2, record, sizeof(record), &undo);
 		rc = call_real(x, env);
 		e = errno;

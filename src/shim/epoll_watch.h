@@ -10,39 +10,39 @@
 #include <sys/epoll.h>
 
 #define WATCH_PASS  (-2)    /* not ours: do the real wait */
-#define WATCH_SLEEP (-3)    /* nothing yet: do the real wait, then watch_after_sleep() */
+#define WATCH_SLEEP (-3)    /* nothing yet: do the real wait, then epoll_watch_after_sleep() */
 
 /* A new epoll instance @epfd (from epoll_create*). */
-void watch_epoll_created(int epfd);
+void epoll_watch_epoll_created(int epfd);
 
 /*
  * Before epoll_ctl(@epfd, @op, @fd, @ev): a DEL of an accelerated descriptor
  * parks its registration, an ADD of a parked one takes it back (watch.c).
  * Returns the call's result (0, or -1 with errno) when it was done here, or
- * WATCH_PASS: make the real call, then watch_ctl().
+ * WATCH_PASS: make the real call, then epoll_watch_ctl().
  */
-int watch_ctl_parked(int epfd, int op, int fd, struct epoll_event *ev);
+int epoll_watch_ctl_parked(int epfd, int op, int fd, struct epoll_event *ev);
 
 /* After a successful epoll_ctl(@epfd, @op, @fd, @ev). */
-void watch_ctl(int epfd, int op, int fd, const struct epoll_event *ev);
+void epoll_watch_ctl(int epfd, int op, int fd, const struct epoll_event *ev);
 
 /*
  * Drop the events of parked registrations from the @n a wait returned (for
  * the waits on sets watch.c does not follow); returns how many are left.
  */
-int watch_drop_parked(struct epoll_event *ev, int n);
+int epoll_watch_drop_parked(struct epoll_event *ev, int n);
 
 /* @fd is being closed (or replaced by dup2): forget what we know of it. */
-void watch_fd_closed(int fd);
+void epoll_watch_fd_closed(int fd);
 
 /* @epfd was duplicated: waits through the copy are not ours, so stop watching. */
-void watch_epfd_copied(int epfd);
+void epoll_watch_epfd_copied(int epfd);
 
 /*
  * @epfd is being waited for by poll or select: it is nested from now on.
  * Returns 1 if it has events only we know about (it is readable).
  */
-int watch_epfd_polled(int epfd);
+int epoll_watch_epfd_polled(int epfd);
 
 /*
  * Before an epoll wait on @epfd: the events only we know about (bytes that
@@ -52,19 +52,19 @@ int watch_epfd_polled(int epfd);
  * number of events to return (0 only for @timeout 0), WATCH_PASS or
  * WATCH_SLEEP.
  */
-int watch_before_wait(int epfd, struct epoll_event *ev, int max, int timeout, int may_spin);
+int epoll_watch_before_wait(int epfd, struct epoll_event *ev, int max, int timeout, int may_spin);
 
 /*
  * After the real wait that WATCH_SLEEP asked for returned @n events in @ev:
  * drops the stale doorbells among them and returns how many are left (0
  * means: wait again), or @n itself when it is not positive.
  */
-int watch_after_sleep(int epfd, struct epoll_event *ev, int n);
+int epoll_watch_after_sleep(int epfd, struct epoll_event *ev, int n);
 
 /* The calling thread is about to sleep in the kernel: end the watches it started. */
-void watch_thread_sleeps(void);
+void epoll_watch_thread_sleeps(void);
 
 /* Before exec: end every watch (the new program knows nothing of them). */
-void watch_before_exec(void);
+void epoll_watch_before_exec(void);
 
 #endif

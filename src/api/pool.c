@@ -29,7 +29,6 @@
 #include "smclo.h"
 #include "api.h"
 #include "fdtab.h"
-#include "interpose.h"
 #include "io.h"
 #include "kernelzc.h"
 #include "log.h"

@@ -143,7 +143,7 @@ static struct conn *conn_by_ino(int fd, unsigned long ino)
 
 	if (c && c->mode == MODE_SHM && c->bell_ino == ino)
 		return c;       /* where it was: the usual case */
-	conn_for_each_fd(match_ino, &f);
+	fd_for_each_conn(match_ino, &f);
 	return f.found;
 }
 
@@ -382,7 +382,7 @@ static void scan_one(int fd, void *arg)
 		if (x->n_reset < HANDOVER_MAX)
 			x->reset[x->n_reset++] = c;
 	}
-	conn_reset_for_exec(fd, !x->vfork_child);
+	hs_release_for_exec(fd, !x->vfork_child);
 }
 
 /*
@@ -436,7 +436,7 @@ char *const *handover_exec(char *const envp[], int loads_smclo, char **out, size
 	put_str(&x.rec, HANDOVER_ENV "=");
 	for_each_open_fd(scan_one, &x);
 	if (!x.vfork_child)
-		conn_for_each_fd(leave_closed_at_exec, &x);
+		fd_for_each_conn(leave_closed_at_exec, &x);
 	if (!x.n)
 		return envp;
 	*x.rec.p = '\0';
@@ -592,14 +592,14 @@ static void adopt_fd(int fd, void *arg)
 		return;
 	a->found++;
 	if (a->c) {
-		conn_bind_fd(a->c, fd);
+		fd_bind_conn(a->c, fd);
 		if (fd <= 2)
 			stdio_through_smclo(fd);
 		return;
 	}
 	if (totals)
 		atomic_fetch_add(&totals->fallback[R_HANDOVER_LOST], 1);
-	conn_reset_for_exec(fd, 0);
+	hs_release_for_exec(fd, 0);
 }
 
 static struct conn *conn_from_record(const struct record *r, struct conn_shared *sh,

@@ -8,19 +8,19 @@
 
 #include <sys/socket.h>
 
-int so_getsockopt(struct conn *c, int fd, int level, int opt, void *val, socklen_t *len);
-int so_setsockopt(struct conn *c, int fd, int level, int opt, const void *val, socklen_t len);
-int so_name(struct conn *c, int peer, struct sockaddr *sa, socklen_t *len);
-int so_ioctl(struct conn *c, unsigned long req, void *arg, int *handled);
+int sockopt_get(struct conn *c, int fd, int level, int opt, void *val, socklen_t *len);
+int sockopt_set(struct conn *c, int fd, int level, int opt, const void *val, socklen_t len);
+int sockopt_name(struct conn *c, int peer, struct sockaddr *sa, socklen_t *len);
+int sockopt_ioctl(struct conn *c, unsigned long req, void *arg, int *handled);
 
 /*
  * Whether socket @fd may have SO_RCVTIMEO/SO_SNDTIMEO set: not when this
  * process made it and nobody set one since (FDF_TIMEOUTS, fd_options_shared).
  */
-int so_may_have_timeouts(int fd);
+int sockopt_may_have_timeouts(int fd);
 /* Carry timeouts set on the TCP socket over to the doorbell socket; returns SO_RCVTIMEO in ms. */
-int so_copy_timeouts(int from_tcp, int to_unix);
+int sockopt_copy_timeouts(int from_tcp, int to_unix);
 /* SO_RCVTIMEO of the doorbell socket @fd in ms (0: none), looked up once per setting. */
-int so_rcvtimeo_ms(struct conn *c, int fd);
+int sockopt_rcvtimeo_ms(struct conn *c, int fd);
 
 #endif

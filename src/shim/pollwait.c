@@ -20,7 +20,7 @@
 #include "io.h"
 #include "spin.h"
 #include "sys.h"
-#include "watch.h"
+#include "epoll_watch.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -60,7 +60,7 @@ static int gather(const struct pollfd *fds, nfds_t n, struct polled *p)
 		if (!wants_us(&fds[i]))
 			continue;
 		if (!(fd_flags(fds[i].fd) & FDF_EPOLL)) {
-			if (!(c = conn_get(fds[i].fd)))
+			if (!(c = fd_get_conn(fds[i].fd)))
 				continue;
 			if (c->mode != MODE_SHM) {
 				conn_put(c);
@@ -96,7 +96,7 @@ static int correct(struct pollfd *fds, const struct polled *p, int k, int r)
 {
 	for (int j = 0; j < k; j++) {
 		struct pollfd *f = &fds[p[j].i];
-		int unread = p[j].c ? rx_has_unread(p[j].c) : watch_epfd_polled(f->fd);
+		int unread = p[j].c ? rx_has_unread(p[j].c) : epoll_watch_epfd_polled(f->fd);
 
 		if (unread) {
 			r += f->revents == 0;
@@ -162,7 +162,7 @@ static int sleep_once(struct pollfd *fds, nfds_t n, const struct polled *p, int 
 	if (rings_unread(p, k)) {
 		r = kernel_poll(fds, n, 0, mask);
 	} else {
-		watch_thread_sleeps();
+		epoll_watch_thread_sleeps();
 		r = kernel_poll(fds, n, timeout, mask);
 	}
 	e = errno;
@@ -216,7 +216,7 @@ int pollwait(struct pollfd *fds, nfds_t n, int timeout, const sigset_t *mask)
 #define SEL_OUT (POLLOUT | POLLWRNORM | POLLWRBAND | POLLERR)
 #define SEL_EX  POLLPRI
 
-int selectwait_needed(int nfds, const fd_set *rd)
+int pollwait_select_needed(int nfds, const fd_set *rd)
 {
 	for (int fd = 0; rd && fd < nfds && fd < FD_SETSIZE; fd++)
 		if (FD_ISSET(fd, rd) && (fd_has_conn(fd) || (fd_flags(fd) & FDF_EPOLL)))
@@ -262,7 +262,7 @@ static int select_result(const struct pollfd *p, int n, fd_set *rd, fd_set *wr, 
 	return count;
 }
 
-int selectwait(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout, const sigset_t *mask)
+int pollwait_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout, const sigset_t *mask)
 {
 	struct pollfd *p = malloc((size_t)nfds * sizeof(*p));
 	int n = 0, r;

@@ -77,6 +77,7 @@ __attribute__((constructor)) static void passfd_init(void)
 	pthread_atfork(NULL, NULL, passfd_after_fork_child);
 }
 
+
 static void parcel_release(struct parcel *p, int taken)
 {
 	/* nobody took it: the receiver does not hold the connection after all */
@@ -295,7 +296,7 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 		int fd = *where[i];
 
 		hs_resolve_fd(fd);
-		conns[i] = conn_get(fd);
+		conns[i] = fd_get_conn(fd);
 		if (conns[i] && smclo_peer && parcel_possible(conns[i]))
 			e += PARCEL_FDS;
 	}

@@ -22,6 +22,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+int smclo_active;
 int fd_budget_small;
 
 int fd_budget_is_small(void)
@@ -59,6 +60,11 @@ int fdtab_init(void)
 		ours_bits = NULL;       /* close_range() then keeps only the registry's */
 	fd_limit_changed();
 	return 0;
+}
+
+void fdtab_activate(void)
+{
+	smclo_active = 1;
 }
 
 void fd_limit_changed(void)
@@ -166,14 +172,14 @@ static struct conn *entry_conn_get(struct fd_entry *e)
 	}
 }
 
-struct conn *conn_get(int fd)
+struct conn *fd_get_conn(int fd)
 {
 	struct fd_entry *e = fd_entry(fd);
 
 	return e ? entry_conn_get(e) : NULL;
 }
 
-void conn_bind_fd(struct conn *c, int fd)
+void fd_bind_conn(struct conn *c, int fd)
 {
 	struct fd_entry *e = ent_use(fd);
 	struct conn *old;
@@ -191,7 +197,7 @@ void conn_bind_fd(struct conn *c, int fd)
 	}
 }
 
-struct conn *conn_unbind_fd(int fd)
+struct conn *fd_unbind_conn(int fd)
 {
 	struct fd_entry *e = fd_entry(fd);
 	struct conn *c;
@@ -210,7 +216,7 @@ int fd_table_high(void)
 	return atomic_load(&fd_high);
 }
 
-void conn_for_each_fd(void (*fn)(int fd, struct conn *c, void *arg), void *arg)
+void fd_for_each_conn(void (*fn)(int fd, struct conn *c, void *arg), void *arg)
 {
 	int high = atomic_load(&fd_high);
 

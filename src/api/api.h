@@ -6,6 +6,9 @@
 #ifndef SMCLO_API_H
 #define SMCLO_API_H
 
+/* What the native API exports (include/smclo.h); everything else is hidden. */
+#define EXPORT __attribute__((visibility("default")))
+
 #include "conn.h"
 
 #include <sys/types.h>

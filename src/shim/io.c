@@ -1,0 +1,283 @@
+/*
+ * io.c - reading and writing: the read, recv and write families, sendfile
+ * and splice.  An accelerated connection's bytes go through its rings
+ * (core/rx.c, core/tx.c); a message that passes descriptors goes through the
+ * hand-over (handover/passfd.c); everything else straight to libc.
+ */
+#include "shim.h"
+
+#include "passfd.h"
+
+#include <sys/sendfile.h>
+
+/* ---- receiving ---------------------------------------------------------- */
+
+static ssize_t recv_iov(struct conn *c, int fd, const struct iovec *iov, int n, int flags)
+{
+	ssize_t r = rx_recv(c, fd, iov, n, flags);
+
+	conn_put(c);
+	return r;
+}
+
+EXPORT ssize_t read(int fd, void *buf, size_t n)
+{
+	REAL(read);
+	struct conn *c = shim_conn_reading(fd, n, 0);
+	struct iovec iov = { buf, n };
+
+	return c ? recv_iov(c, fd, &iov, 1, 0) : real_read(fd, buf, n);
+}
+
+EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+	REAL(__read_chk);
+	struct conn *c = shim_conn_reading(fd, n, 0);
+	struct iovec iov = { buf, n };
+
+	if (c && n <= buflen)
+		return recv_iov(c, fd, &iov, 1, 0);
+	if (c)
+		conn_put(c);
+	return real___read_chk(fd, buf, n, buflen);
+}
+
+EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
+{
+	REAL(readv);
+	struct conn *c = shim_conn(fd);
+
+	return c ? recv_iov(c, fd, iov, n, 0) : real_readv(fd, iov, n);
+}
+
+EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
+{
+	REAL(recv);
+	struct conn *c = shim_conn_reading(fd, n, flags);
+	struct iovec iov = { buf, n };
+
+	return c ? recv_iov(c, fd, &iov, 1, flags) : real_recv(fd, buf, n, flags);
+}
+
+EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+	REAL(__recv_chk);
+	struct conn *c = shim_conn_reading(fd, n, flags);
+	struct iovec iov = { buf, n };
+
+	if (c && n <= buflen)
+		return recv_iov(c, fd, &iov, 1, flags);
+	if (c)
+		conn_put(c);
+	return real___recv_chk(fd, buf, n, buflen, flags);
+}
+
+EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa,
+                        socklen_t *len)
+{
+	REAL(recvfrom);
+	struct conn *c = shim_conn_reading(fd, n, flags);
+	struct iovec iov = { buf, n };
+
+	if (!c)
+		return real_recvfrom(fd, buf, n, flags, sa, len);
+	if (sa && len)
+		*len = 0;       /* a connected TCP socket reports no source address */
+	return recv_iov(c, fd, &iov, 1, flags);
+}
+
+EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
+                              struct sockaddr *sa, socklen_t *len)
+{
+	REAL(__recvfrom_chk);
+	struct conn *c = shim_conn_reading(fd, n, flags);
+	struct iovec iov = { buf, n };
+
+	if (c && n <= buflen) {
+		if (sa && len)
+			*len = 0;
+		return recv_iov(c, fd, &iov, 1, flags);
+	}
+	if (c)
+		conn_put(c);
+	return real___recvfrom_chk(fd, buf, n, buflen, flags, sa, len);
+}
+
+EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
+{
+	REAL(recvmsg);
+	struct conn *c = shim_conn(fd);
+	ssize_t r;
+
+	if (!c)         /* descriptors passed to us may be connections */
+		return smclo_active && m->msg_controllen && m->msg_control ?
+		       passfd_recvmsg(fd, m, flags, real_recvmsg) : real_recvmsg(fd, m, flags);
+	r = recv_iov(c, fd, m->msg_iov, (int)m->msg_iovlen, flags);
+	if (r >= 0) {
+		m->msg_namelen = 0;
+		m->msg_controllen = 0;
+		m->msg_flags = 0;
+	}
+	return r;
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+static ssize_t send_iov(struct conn *c, int fd, const struct iovec *iov, int n, int flags)
+{
+	ssize_t r = tx_send(c, fd, iov, n, flags);
+
+	conn_put(c);
+	return r;
+}
+
+/*
+ * shim_conn() for the sending calls: while the handshake is undecided a
+ * small write goes into the ring without waiting for the decision (*sent
+ * says how much; -1 when it did not).
+ */
+static struct conn *shm_conn_send(int fd, const struct iovec *iov, int n, int flags,
+                                  ssize_t *sent)
+{
+	*sent = -1;
+	if (smclo_active && (fd_flags(fd) & FDF_PENDING) && !(flags & MSG_OOB)) {
+		struct conn *c = fd_get_conn(fd);
+		if (c) {
+			*sent = tx_send_pending(c, iov, n);
+			conn_put(c);
+			if (*sent >= 0)
+				return NULL;
+		}
+	}
+	return shim_conn(fd);
+}
+
+EXPORT ssize_t write(int fd, const void *buf, size_t n)
+{
+	REAL(write);
+	struct iovec iov = { (void *)buf, n };
+	ssize_t sent;
+	struct conn *c = shm_conn_send(fd, &iov, 1, 0, &sent);
+
+	if (sent >= 0)
+		return sent;
+	return c ? send_iov(c, fd, &iov, 1, 0) : real_write(fd, buf, n);
+}
+
+EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
+{
+	REAL(writev);
+	ssize_t sent;
+	struct conn *c = shm_conn_send(fd, iov, n, 0, &sent);
+
+	if (sent >= 0)
+		return sent;
+	return c ? send_iov(c, fd, iov, n, 0) : real_writev(fd, iov, n);
+}
+
+EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
+{
+	REAL(send);
+	struct iovec iov = { (void *)buf, n };
+	ssize_t sent;
+	struct conn *c = shm_conn_send(fd, &iov, 1, flags, &sent);
+
+	if (sent >= 0)
+		return sent;
+	return c ? send_iov(c, fd, &iov, 1, flags) : real_send(fd, buf, n, flags);
+}
+
+EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
+                      const struct sockaddr *sa, socklen_t len)
+{
+	REAL(sendto);
+	struct iovec iov = { (void *)buf, n };
+	ssize_t sent;
+	struct conn *c = shm_conn_send(fd, &iov, 1, flags, &sent);
+
+	if (sent >= 0)
+		return sent;
+	/* a connected TCP socket ignores a destination address */
+	return c ? send_iov(c, fd, &iov, 1, flags) : real_sendto(fd, buf, n, flags, sa, len);
+}
+
+EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
+{
+	REAL(sendmsg);
+	ssize_t sent;
+	struct conn *c = shm_conn_send(fd, m->msg_iov, (int)m->msg_iovlen, flags, &sent);
+
+	if (sent >= 0)
+		return sent;
+	if (c)
+		return send_iov(c, fd, m->msg_iov, (int)m->msg_iovlen, flags);
+	if (smclo_active && m->msg_controllen && conn_count() > 0)
+		return passfd_sendmsg(fd, m, flags, real_sendmsg);
+	return real_sendmsg(fd, m, flags);
+}
+
+EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t count)
+{
+	REAL(sendfile);
+	struct conn *c = shim_conn(out);
+	ssize_t r;
+
+	if (!c)
+		return real_sendfile(out, in, off, count);
+	r = tx_sendfile(c, out, in, off, count);
+	conn_put(c);
+	return r;
+}
+
+EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t count)
+{
+	return sendfile(out, in, off, count);
+}
+
+/*
+ * splice() with an accelerated end.  Into the socket: the source (file or
+ * pipe) is read straight into the ring, as sendfile.  Out of the socket:
+ * peek, write what the destination takes, then consume exactly that, so a
+ * full pipe never loses a byte.
+ */
+static ssize_t splice_out_of(struct conn *c, int fd, int out, size_t len, unsigned flags)
+{
+	char buf[65536];
+	struct iovec iov = { buf, len < sizeof(buf) ? len : sizeof(buf) };
+	int dontwait = (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0;
+	ssize_t got = rx_recv(c, fd, &iov, 1, MSG_PEEK | dontwait), put;
+
+	if (got <= 0)
+		return got;
+	put = sys_write(out, buf, (size_t)got);
+	if (put > 0) {
+		iov.iov_len = (size_t)put;
+		rx_recv(c, fd, &iov, 1, MSG_DONTWAIT);   /* the bytes are there: no wait */
+	}
+	return put;
+}
+
+EXPORT ssize_t splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t len,
+                      unsigned int flags)
+{
+	REAL(splice);
+	struct conn *c;
+	ssize_t r;
+
+	if ((c = shim_conn(out)) != NULL) {
+		r = tx_sendfile(c, out, in, (off_t *)off_in, len);
+		conn_put(c);
+		return r;
+	}
+	if ((c = shim_conn(in)) != NULL) {
+		if (off_in) {
+			conn_put(c);
+			errno = ESPIPE;         /* as for any socket */
+			return -1;
+		}
+		r = splice_out_of(c, in, out, len, flags);
+		conn_put(c);
+		return r;
+	}
+	return real_splice(in, off_in, out, off_out, len, flags);
+}

@@ -1,0 +1,98 @@
+/*
+ * poll.c - poll(), ppoll(), select() and pselect().  A connection still
+ * deciding is decided first; pollwait.c looks at the rings.
+ */
+#include "shim.h"
+
+#include "pollwait.h"
+
+/* ---- poll and select (pollwait.c) --------------------------------------- */
+
+/*
+ * A connection still deciding would be polled as the TCP socket it is now;
+ * a listener polled would not show connections without TCP.
+ */
+static void decide_polled_fd(int fd)
+{
+	uint16_t f = fd_flags(fd);
+
+	if (f & FDF_PENDING)
+		hs_resolve_fd(fd);
+	if ((f & (FDF_LISTENING | FDF_NO_DIRECT)) == FDF_LISTENING)
+		hs_listener_no_direct(fd);
+}
+
+static void decide_polled(const struct pollfd *fds, nfds_t n)
+{
+	for (nfds_t i = 0; i < n; i++)
+		if (fds[i].fd >= 0)
+			decide_polled_fd(fds[i].fd);
+}
+
+static void decide_selected(int nfds, const fd_set *rd, const fd_set *wr, const fd_set *ex)
+{
+	for (int fd = 0; fd < nfds && fd < FD_SETSIZE; fd++)
+		if ((fd_flags(fd) & (FDF_PENDING | FDF_LISTENING)) && ((rd && FD_ISSET(fd, rd)) ||
+		    (wr && FD_ISSET(fd, wr)) || (ex && FD_ISSET(fd, ex))))
+			decide_polled_fd(fd);
+}
+
+EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+	REAL(poll);
+
+	if (smclo_active)
+		decide_polled(fds, n);
+	if (smclo_active && pollwait_needed(fds, n))
+		return pollwait(fds, n, timeout, NULL);
+	return real_poll(fds, n, timeout);
+}
+
+EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen)
+{
+	(void)fdslen;
+	return poll(fds, n, timeout);
+}
+
+EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
+{
+	REAL(ppoll);
+
+	if (smclo_active)
+		decide_polled(fds, n);
+	if (smclo_active && pollwait_needed(fds, n))
+		return pollwait(fds, n, shim_timespec_ms(ts), mask);
+	return real_ppoll(fds, n, ts, mask);
+}
+
+EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts,
+                       const sigset_t *mask, size_t fdslen)
+{
+	(void)fdslen;
+	return ppoll(fds, n, ts, mask);
+}
+
+EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
+{
+	REAL(select);
+
+	if (smclo_active)
+		decide_selected(nfds, rd, wr, ex);
+	if (smclo_active && pollwait_select_needed(nfds, rd)) {
+		long long ms = tv ? tv->tv_sec * 1000LL + (tv->tv_usec + 999) / 1000 : -1;
+		return pollwait_select(nfds, rd, wr, ex, ms > INT_MAX ? INT_MAX : (int)ms, NULL);
+	}
+	return real_select(nfds, rd, wr, ex, tv);
+}
+
+EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *ts,
+                   const sigset_t *mask)
+{
+	REAL(pselect);
+
+	if (smclo_active)
+		decide_selected(nfds, rd, wr, ex);
+	if (smclo_active && pollwait_select_needed(nfds, rd))
+		return pollwait_select(nfds, rd, wr, ex, shim_timespec_ms(ts), mask);
+	return real_pselect(nfds, rd, wr, ex, ts, mask);
+}

@@ -1,0 +1,65 @@
+/*
+ * shim.h - what the files of the preload shim share: the lookup every
+ * wrapper starts with, and the forgetting every close does.
+ *
+ * The shim is libc's socket calls, seen first (LD_PRELOAD, or -lsmclo).
+ * Every wrapper starts with the cheapest possible test (one load from the
+ * descriptor table) and hands anything that is not an accelerated
+ * connection straight to libc, so plain descriptors, files and pipes pay
+ * almost nothing.  The decisions live in src/handshake/, the byte moving in
+ * src/core/ (tx.c, rx.c).  One file per concern: socket.c, io.c, close.c,
+ * descriptors.c, process.c, epoll.c (with epoll_watch.c), poll.c (with
+ * pollwait.c), exec.c and spawn.c.
+ */
+#ifndef SMCLO_SHIM_H
+#define SMCLO_SHIM_H
+
+#include "conn.h"
+#include "fdtab.h"
+#include "handshake.h"
+#include "interpose.h"
+#include "io.h"
+#include "sys.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <string.h>
+#include <time.h>
+#include <netinet/in.h>
+#include <sys/uio.h>
+
+/*
+ * The accelerated connection behind @fd, referenced; NULL for anything
+ * else.  A receiving call passes what it would read (@n, @flags): a blocking
+ * read of a pending connection waits for the answer, not just the decision
+ * (hs_resolve).  A plain descriptor costs the inline test only.
+ */
+struct conn *shim_conn_lookup(int fd, size_t n, int flags);
+static inline struct conn *shim_conn_reading(int fd, size_t n, int flags)
+{
+	if (!smclo_active || !fd_has_conn(fd))
+		return NULL;
+	return shim_conn_lookup(fd, n, flags);
+}
+
+static inline struct conn *shim_conn(int fd)
+{
+	return shim_conn_reading(fd, 0, 0);
+}
+
+/* close.c: what smclo knew of @fd, forgotten as it closes (close, dup2 over it). */
+void shim_forget_fd(int fd);
+
+/* A wait's timeout in ms (-1: none), as poll() takes it. */
+static inline int shim_timespec_ms(const struct timespec *ts)
+{
+	long long ms;
+
+	if (!ts)
+		return -1;
+	ms = ts->tv_sec * 1000LL + (ts->tv_nsec + 999999) / 1000000;
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+#endif
