@@ -88,8 +88,6 @@ static void holds_free(void *p)
 static void holds_key_make(void)
 {
 	pthread_key_create(&holds_key, holds_free);
-	/* with smclo inactive its own handler is not there to renew the pid */
-	pthread_atfork(NULL, NULL, sys_pid_forget);
 }
 
 static void hold_end(struct hold *h);

@@ -8,7 +8,6 @@
  * closes its descriptor.
  */
 #include "conn.h"
-#include "forkguard.h"
 
 #include "peerpool.h"
 #include "region.h"
@@ -110,9 +109,15 @@ void conn_note_bell(struct conn *c, int fd)
 		c->bell_ino = (unsigned long)st.st_ino;
 }
 
-__attribute__((constructor)) static void conn_locks_init(void)
+/* Held across fork() (runtime/fork.c): the child's copy is then free. */
+void conn_fork_lock(void)
 {
-	fork_guard(&pool_lock, FORK_RANK_CORE);
+	pthread_mutex_lock(&pool_lock);
+}
+
+void conn_fork_unlock(void)
+{
+	pthread_mutex_unlock(&pool_lock);
 }
 
 void sh_lock(pthread_mutex_t *m)

@@ -166,4 +166,11 @@ struct conn_shared *conn_shared_adopt(int fd, uint32_t offset);
 void sh_lock(pthread_mutex_t *m);
 void sh_unlock(pthread_mutex_t *m);
 
+/* The connection objects' lock, held across fork() (runtime/fork.c lists the order). */
+void conn_fork_lock(void);
+void conn_fork_unlock(void);
+/* The shared-state chunks' lock, held across fork() (runtime/fork.c lists the order). */
+void conn_shared_fork_lock(void);
+void conn_shared_fork_unlock(void);
+
 #endif

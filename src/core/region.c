@@ -8,7 +8,6 @@
  * close, so a mutex and a linear walk are all it needs.
  */
 #include "region.h"
-#include "forkguard.h"
 
 #include "conn.h"
 #include "io.h"
@@ -47,9 +46,15 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct region *list;
 static uint64_t clock_ticks;
 
-__attribute__((constructor)) static void region_init(void)
+/* Held across fork() (runtime/fork.c): the child's copy is then free. */
+void region_fork_lock(void)
 {
-	fork_guard(&lock, FORK_RANK_CORE);
+	pthread_mutex_lock(&lock);
+}
+
+void region_fork_unlock(void)
+{
+	pthread_mutex_unlock(&lock);
 }
 
 static size_t layout_len(uint32_t up, uint32_t down)

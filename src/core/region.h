@@ -56,4 +56,8 @@ int region_mine(const struct region *r);
 struct ring_hdr *region_up(struct region *r);
 struct ring_hdr *region_down(struct region *r);
 
+/* The region pool's lock, held across fork() (runtime/fork.c lists the order). */
+void region_fork_lock(void);
+void region_fork_unlock(void);
+
 #endif

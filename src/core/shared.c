@@ -15,7 +15,6 @@
  * again by a scan once the free list runs dry.
  */
 #include "conn.h"
-#include "forkguard.h"
 
 #include "io.h"
 #include "sys.h"
@@ -54,9 +53,15 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct chunk *chunks;            /* ours and those inherited through fork */
 static struct conn_shared *free_slots;  /* ours, linked through tx_lock's bytes */
 
-__attribute__((constructor)) static void shared_init(void)
+/* Held across fork() (runtime/fork.c): the child's copy is then free. */
+void conn_shared_fork_lock(void)
 {
-	fork_guard(&lock, FORK_RANK_CORE);
+	pthread_mutex_lock(&lock);
+}
+
+void conn_shared_fork_unlock(void)
+{
+	pthread_mutex_unlock(&lock);
 }
 
 static void robust_init(pthread_mutex_t *m)

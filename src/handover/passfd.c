@@ -66,15 +66,10 @@ static int n_parcels;
 
 /* A fork child starts with no parcel of its own (they are its parent's to
  * settle) and the lock free (a thread of the parent may have held it). */
-static void passfd_after_fork_child(void)
+void passfd_fork_child(void)
 {
 	pthread_mutex_init(&lock, NULL);
 	n_parcels = 0;
-}
-
-__attribute__((constructor)) static void passfd_init(void)
-{
-	pthread_atfork(NULL, NULL, passfd_after_fork_child);
 }
 
 

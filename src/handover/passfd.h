@@ -23,4 +23,7 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 ssize_t passfd_recvmsg(int sock, struct msghdr *m, int flags,
                        ssize_t (*real)(int, struct msghdr *, int));
 
+/* In a fork child (runtime/fork.c): no parcel of its own, the lock free. */
+void passfd_fork_child(void);
+
 #endif

@@ -35,6 +35,10 @@ struct client {
 	int bound_by_us;
 };
 
+
+/* Has this process ever made a pending connection (hs_fork_decide)? */
+static _Atomic int pending_made;
+
 /* Reasons not to try at all; R_NONE means go ahead. */
 static int client_precheck(struct client *cl)
 {
@@ -338,7 +342,6 @@ static int offer_reason(uint32_t w)
 
 /* ---- a connection whose offer is not decided yet ("pending") ----------- */
 
-static void resolve_all_before_fork(void);
 
 /*
  * TCP is up and the offer is out: give the descriptor back to the
@@ -350,7 +353,6 @@ static void resolve_all_before_fork(void);
  */
 static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
 {
-	static pthread_once_t fork_hook = PTHREAD_ONCE_INIT;
 	int fl = sys_fcntl(cl->fd, F_GETFL, 0);
 	struct conn *c;
 
@@ -359,8 +361,8 @@ static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
 	if (!(c = conn_new_shm(cl->fd, ROLE_CLIENT, p, &cl->src, &cl->dst, domain_of(cl->fd),
 	                       (fl & O_NONBLOCK) != 0)))
 		return -1;
-	/* registered now, after every constructor: it runs before their fork handlers */
-	pthread_once(&fork_hook, resolve_all_before_fork);
+	/* from now on a fork decides every pending connection first (hs_fork_decide) */
+	atomic_store_explicit(&pending_made, 1, memory_order_relaxed);
 	c->bell_fd = pair_end;          /* hidden, its send buffer sized (pairs.h) */
 	c->sh->rcvtimeo_ms = 0;                 /* looked up when it is the pair's */
 	c->pending_until_ms = mono_now_ms() + cfg.handshake_ms;
@@ -508,9 +510,10 @@ void hs_resolve_all(void)
 	fd_for_each_conn(resolve_one, NULL);
 }
 
-static void resolve_all_before_fork(void)
+void hs_fork_decide(void)
 {
-	pthread_atfork(hs_resolve_all, NULL, NULL);
+	if (atomic_load_explicit(&pending_made, memory_order_relaxed))
+		hs_resolve_all();
 }
 
 /*

@@ -4,7 +4,6 @@
  * the listener and its direct inbox together.
  */
 #include "hs_internal.h"
-#include "forkguard.h"
 
 #include "io.h"
 #include "region.h"
@@ -96,9 +95,20 @@ static void listener_leave_direct(int fd)
  */
 static pthread_mutex_t direct_lock = PTHREAD_MUTEX_INITIALIZER;
 
-__attribute__((constructor)) static void direct_init(void)
+/*
+ * Held across fork() (runtime/fork.c), direct_lock first: it is held
+ * around calls that take inbox.c's locks.
+ */
+void hs_fork_lock(void)
 {
-	fork_guard(&direct_lock, FORK_RANK_HANDSHAKE);   /* held around inbox calls */
+	pthread_mutex_lock(&direct_lock);
+	inbox_fork_lock();
+}
+
+void hs_fork_unlock(void)
+{
+	inbox_fork_unlock();
+	pthread_mutex_unlock(&direct_lock);
 }
 
 /* Make blocking listener @lfd direct, or mark it never to be (lock held). */

@@ -88,6 +88,14 @@ void hs_resolve(int fd, struct conn *c, size_t reading);
 void hs_resolve_fd(int fd);
 /* Decide every pending connection of this process (before fork and exec). */
 void hs_resolve_all(void);
+/*
+ * Before a fork, first of all the fork handlers (runtime/fork.c): once this
+ * process has made a pending connection, decide them all (hs_resolve_all).
+ */
+void hs_fork_decide(void);
+/* The handshake's locks, held across fork() (direct.c's, then inbox.c's). */
+void hs_fork_lock(void);
+void hs_fork_unlock(void);
 /* The process is about to take effective uid @euid (setuid and friends). */
 void hs_user_changing(uid_t euid);
 /* The process changed its root directory. */

@@ -23,7 +23,6 @@
  * the one inbox it was connected to, whatever pid the registry names.
  */
 #include "inbox.h"
-#include "forkguard.h"
 
 #include "config.h"
 #include "conn.h"
@@ -71,12 +70,23 @@ static struct direct_inbox directs[DIRECT_MAX];
 
 static pthread_mutex_t links_lock = PTHREAD_MUTEX_INITIALIZER;
 
-__attribute__((constructor)) static void inbox_init(void)
+void inbox_init(void)
 {
-	fork_guard(&inbox_lock, FORK_RANK_HANDSHAKE + 1);
-	fork_guard(&links_lock, FORK_RANK_HANDSHAKE + 2);
 	for (int i = 0; i < DIRECT_MAX; i++)
 		directs[i].sock = -1;
+}
+
+/* Held across fork() (hs_fork_lock): inbox_lock before links_lock, as they nest. */
+void inbox_fork_lock(void)
+{
+	pthread_mutex_lock(&inbox_lock);
+	pthread_mutex_lock(&links_lock);
+}
+
+void inbox_fork_unlock(void)
+{
+	pthread_mutex_unlock(&links_lock);
+	pthread_mutex_unlock(&inbox_lock);
 }
 
 static void stash_drop(int i)

@@ -115,4 +115,10 @@ uint32_t offer_wait_reading(struct ring_hdr *up, uint32_t take, long deadline_ms
 /* Give up on the offer now; returns the decision if the server was first. */
 uint32_t offer_withdraw(struct ring_hdr *up);
 
+/* At start (runtime/init.c), before any handshake. */
+void inbox_init(void);
+/* inbox_lock, then links_lock: held across fork() (hs_fork_lock). */
+void inbox_fork_lock(void);
+void inbox_fork_unlock(void);
+
 #endif

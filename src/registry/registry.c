@@ -2,7 +2,6 @@
  * registry.c - listener entries, rendezvous sockets and liveness locks (registry.h).
  */
 #include "registry.h"
-#include "forkguard.h"
 
 #include "sys.h"
 
@@ -428,9 +427,15 @@ static struct lookup lookups[LOOKUP_CACHE];
 static unsigned lookup_next;
 static pthread_mutex_t lookup_lock = PTHREAD_MUTEX_INITIALIZER;
 
-__attribute__((constructor)) static void lookup_init(void)
+/* Held across fork() (runtime/fork.c): the child's copy is then free. */
+void registry_fork_lock(void)
 {
-	fork_guard(&lookup_lock, FORK_RANK_REGISTRY);
+	pthread_mutex_lock(&lookup_lock);
+}
+
+void registry_fork_unlock(void)
+{
+	pthread_mutex_unlock(&lookup_lock);
 }
 
 static long long clock_ns(clockid_t clk)

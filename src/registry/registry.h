@@ -225,4 +225,8 @@ int registry_attach(const char *dir, int is_default, int (*keep)(int fd), char *
 /* Closed again (a start that failed after registry_attach). */
 void registry_detach(void);
 
+/* The registry's lookup lock, held across fork() (runtime/fork.c lists the order). */
+void registry_fork_lock(void);
+void registry_fork_unlock(void);
+
 #endif

@@ -2,7 +2,6 @@
  * stats.c - per-process connection tables and registry-wide totals (stats.h).
  */
 #include "stats.h"
-#include "forkguard.h"
 
 #include "log.h"
 #include "registry.h"
@@ -82,9 +81,15 @@ struct stats_totals *stats_totals_map(int dirfd)
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
-__attribute__((constructor)) static void table_lock_init(void)
+/* Held across fork() (runtime/fork.c): the child's copy is then free. */
+void stats_fork_lock(void)
 {
-	fork_guard(&table_lock, FORK_RANK_REGISTRY);
+	pthread_mutex_lock(&table_lock);
+}
+
+void stats_fork_unlock(void)
+{
+	pthread_mutex_unlock(&table_lock);
 }
 
 static int fold_if_dead(int dirfd, const char *sub, const char *name, void *arg);

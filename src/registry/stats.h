@@ -148,4 +148,8 @@ void stats_attach_totals(const char *dir);
 /* Unmapped again (a start that failed after stats_attach_totals). */
 void stats_detach_totals(void);
 
+/* The table lock of this process's connections, held across fork() (runtime/fork.c lists the order). */
+void stats_fork_lock(void);
+void stats_fork_unlock(void);
+
 #endif

@@ -20,6 +20,7 @@
 #include "epoll_watch.h"
 #include "fdtab.h"
 #include "handover.h"
+#include "inbox.h"
 #include "io.h"
 #include "log.h"
 #include "pairs.h"
@@ -118,12 +119,9 @@ static int runtime_start(void)
 	return 0;
 }
 
-/*
- * First of the library's constructors (a priority, not link order): its fork
- * handlers must be registered before base/forkguard.c's (fork.c).
- */
-__attribute__((constructor(101))) static void runtime_init(void)
+__attribute__((constructor)) static void runtime_init(void)
 {
+	inbox_init();
 	runtime_fork_register();
 	if (runtime_start() == 0) {
 		fdtab_activate();

@@ -104,9 +104,6 @@ static int n_sets, cap_sets;
 static __thread int my_sets[THREAD_SETS];
 static __thread int n_my_sets;
 
-static void fork_prepare(void);
-static void fork_parent(void);
-static void fork_child(void);
 
 /* ---- one entry ---------------------------------------------------------- */
 
@@ -170,15 +167,8 @@ static struct watch_set *set_find(int epfd)
 
 static struct watch_set *set_new(int epfd)
 {
-	static int atfork_done;
 	struct watch_set *s;
 
-	if (!atfork_done) {
-		/* registered after the library's own fork_guard: our prepare runs
-		 * first, so table_lock is taken before the locks conn_put needs */
-		pthread_atfork(fork_prepare, fork_parent, fork_child);
-		atfork_done = 1;
-	}
 	if (n_sets == cap_sets) {
 		int cap = cap_sets ? cap_sets * 2 : 8;
 		struct watch_set **n = realloc(sets, (size_t)cap * sizeof(*n));
@@ -565,18 +555,18 @@ static void unwatch_all(void)
 	}
 }
 
-static void fork_prepare(void)
+void epoll_watch_fork_prepare(void)
 {
 	pthread_mutex_lock(&table_lock);
 	unwatch_all();
 }
 
-static void fork_parent(void)
+void epoll_watch_fork_parent(void)
 {
 	pthread_mutex_unlock(&table_lock);
 }
 
-static void fork_child(void)
+void epoll_watch_fork_child(void)
 {
 	/* the only thread left: set locks other parent threads held are void */
 	for (int i = 0; i < n_sets; i++) {

@@ -67,4 +67,14 @@ void epoll_watch_thread_sleeps(void);
 /* Before exec: end every watch (the new program knows nothing of them). */
 void epoll_watch_before_exec(void);
 
+/*
+ * Around fork() (runtime/fork.c): prepare takes the table of sets and stops
+ * watching every ring - before the lower layers' locks, which what it calls
+ * (conn_put) may take; parent lets go; the child, the only thread left,
+ * makes every lock new.
+ */
+void epoll_watch_fork_prepare(void);
+void epoll_watch_fork_parent(void);
+void epoll_watch_fork_child(void);
+
 #endif

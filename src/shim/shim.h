@@ -62,4 +62,8 @@ static inline int shim_timespec_ms(const struct timespec *ts)
 	return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
+/* spawn.c's lock of file-action lists, held across fork() (runtime/fork.c). */
+void spawn_fork_lock(void);
+void spawn_fork_unlock(void);
+
 #endif

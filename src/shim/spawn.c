@@ -16,7 +16,6 @@
  * way (copied bytes) is not known, and such a spawn goes to glibc.
  */
 #include "conn.h"
-#include "forkguard.h"
 #include "exec.h"
 #include "fdtab.h"
 #include "handshake.h"
@@ -59,9 +58,15 @@ struct fa_list {
 static pthread_mutex_t fa_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fa_list *fa_lists;
 
-__attribute__((constructor)) static void spawn_init(void)
+/* Held across fork() (runtime/fork.c): the child's copy is then free. */
+void spawn_fork_lock(void)
 {
-	fork_guard(&fa_lock, FORK_RANK_FRONT);
+	pthread_mutex_lock(&fa_lock);
+}
+
+void spawn_fork_unlock(void)
+{
+	pthread_mutex_unlock(&fa_lock);
 }
 
 /* With fa_lock held. */

@@ -35,7 +35,7 @@ FUZZ_BUILD=${FUZZ_BUILD:-$root/build-fuzz}
 
 # what every harness links: the library's pure part (CMakeLists.txt: smclo_core)
 core="src/proto/ring.c src/proto/clc.c src/proto/reason.c src/proto/config.c
-      src/proto/log.c src/proto/addr.c src/base/forkguard.c src/base/elfinfo.c
+      src/proto/log.c src/proto/addr.c src/base/elfinfo.c
       src/registry/registry.c src/registry/stats.c src/registry/peerinfo.c"
 
 # the rest each harness needs
