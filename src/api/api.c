@@ -75,7 +75,7 @@ static void holds_free(void *p)
 
 	for (int i = 0; i < HOLDS_MAX; i++) {
 		if (h[i].c && h[i].pid == sys_getpid())
-			io_release_mine(h[i].c);
+			close_release_holds(h[i].c);
 		if (h[i].c)
 			conn_put(h[i].c);
 		free(h[i].stage);

@@ -1,6 +1,6 @@
 /*
  * pool.c - buffer pools: zero-copy sends with two completions each
- * (include/smclo.h; seeds 002 and 004, docs/api.md).
+ * (include/smclo.h, docs/api.md; the ideas: docs/background.md sections 2 and 3).
  *
  * A pool is a sealed memfd of this process carved into equal buffers
  * (page_frag style: reused, never handed to a third process) for one
@@ -430,10 +430,9 @@ static ssize_t send_copy(struct smclo_pool *p, const void *buf, size_t len, int 
 
 	if (!p->c && !dontwait)
 		return api_send_all(p->fd, buf, len, 0, NULL);
-	if (!p->c)
-		n = sys_send(p->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-	else
-		n = tx_send(p->c, p->fd, &v, 1, MSG_NOSIGNAL | (dontwait ? MSG_DONTWAIT : 0));
+	if (p->c)
+		return tx_send(p->c, p->fd, &v, 1, MSG_NOSIGNAL | (dontwait ? MSG_DONTWAIT : 0));
+	n = sys_send(p->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 	return n < 0 ? -errno : n;
 }
 
@@ -527,7 +526,7 @@ static int peer_finished(struct smclo_pool *p)
 	 * noted for the connection too, so that its next send fails (EPIPE)
 	 * instead of putting a reference into a ring nobody reads */
 	if (api_names(p->fd, c, 0, 0)) {
-		uint32_t hup = peer_hangup_flags(c, p->fd);
+		uint32_t hup = bell_hangup_flags(c, p->fd);
 
 		atomic_fetch_or(&c->sh->flags, hup);
 		if (hup & SH_PEER_GONE)

@@ -4,7 +4,7 @@
  *
  * Two places need the same answers: `smclo run` warns about programs smclo
  * cannot reach (src/cli/inspect.c), and the library decides at exec whether
- * the new program will take its connections over (src/handover.c).  Both
+ * the new program will take its connections over (src/handover/handover.c).  Both
  * ask: does the dynamic loader run (PT_INTERP), is it a Go program (whose
  * net package makes raw system calls, so the interposed socket calls never
  * see its reads), is it 64-bit.  The image may be anything a user can put

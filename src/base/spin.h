@@ -57,7 +57,7 @@ static inline void spin_lock_drop(atomic_flag *lock)
 }
 
 /*
- * For waiters that watch many things at once (watch.c): the end of a spin
+ * For waiters that watch many things at once (epoll_watch.c): the end of a spin
  * starting now, or 0 when spinning does not pay (one CPU allowed, or more
  * runnable tasks than CPUs), on the clock of mono_now_ns() (sys.h).
  */

@@ -1,6 +1,6 @@
 /*
  * uring.h - a small io_uring for one thing: zero-copy sends (IORING_OP_SEND_ZC)
- * and their two completions (seed 004).
+ * and their two completions (docs/background.md section 3).
  *
  * The buffer pools send to a peer on another host with the kernel's zero
  * copy.  io_uring's SEND_ZC is the better of the kernel's two ways: the

@@ -1,9 +1,10 @@
 /*
  * bench.c - `smclo bench`: TCP loopback and smclo side by side.
  *
- * Two figures, as in the seeds: ping-pong latency of a small message and
- * streaming bandwidth of large writes; and connections set up per second
- * (connect, one round trip, close).  Every run starts a fresh server and
+ * Two figures, as the kernel's own measurements took them
+ * (docs/background.md): ping-pong latency of a small message and streaming
+ * bandwidth of large writes; and connections set up per second (connect,
+ * one round trip, close).  Every run starts a fresh server and
  * client process (this binary re-executed as a worker, with or without the
  * library preloaded); TCP and smclo runs are interleaved and the median of
  * the runs is reported with the CPU time both processes used; every other
@@ -449,26 +450,92 @@ static void progress_clear(const struct progress *p)
 		printf("\r\033[K");
 }
 
-int cmd_bench(int argc, char **argv)
-{
-	double seconds = 1.0;
-	int runs = 5;
-	size_t msg = 14;
-	char self[4096], lib[4096], regdir[64];
+/* What one `smclo bench` is asked to do. */
+struct bench_args {
+	double seconds;
+	int runs;
+	size_t msg;
+};
 
+static int bench_parse(int argc, char **argv, struct bench_args *a)
+{
+	*a = (struct bench_args){ .seconds = 1.0, .runs = 5, .msg = 14 };
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-			seconds = atof(argv[++i]);
+			a->seconds = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
-			runs = atoi(argv[++i]);
+			a->runs = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--size") && i + 1 < argc)
-			msg = strtoul(argv[++i], NULL, 10);
+			a->msg = strtoul(argv[++i], NULL, 10);
 		else
 			return usage_error("bench: unknown option '%s' (use --seconds S, --runs N, "
 			                   "--size BYTES)", argv[i]);
 	}
-	if (seconds <= 0 || seconds > 60 || runs < 1 || runs > 50 || msg < 1 || msg > (1 << 20))
+	if (a->seconds <= 0 || a->seconds > 60 || a->runs < 1 || a->runs > 50 || a->msg < 1 ||
+	    a->msg > (1 << 20))
 		return usage_error("bench: --seconds 0..60, --runs 1..50, --size 1..1048576");
+	return 0;
+}
+
+static const struct bench_test { const char *test, *label, *unit; } bench_tests[] = {
+	{ "pingpong", "ping-pong latency", "us" },
+	{ "stream", "stream bandwidth (64 KiB writes)", "MB/s" },
+	{ "connect", "connection setup (RTT, close)", "/s" },
+};
+
+/* Where a run finds the programs and the registry. */
+struct bench_env {
+	const char *self, *lib, *regdir;
+	struct stats_totals *tot;
+	struct progress pr;
+};
+
+/*
+ * One benchmark's runs, TCP and smclo interleaved, and its row: -1 when a
+ * run failed, else whether every smclo connection was accelerated.
+ */
+static int bench_row(struct bench_env *env, const struct bench_args *a, const struct bench_test *t)
+{
+	double val[2][50], cpu[2][50];
+	struct bench_counts before = counts_of(env->tot), after;
+	char cpus[64], conns[96];
+	int all;
+
+	for (int r = 0; r < a->runs; r++)
+		for (int i = 0; i < 2; i++) {
+			int mode = i ^ (r & 1);
+			struct run_result res;
+			char what[128];
+
+			snprintf(what, sizeof(what), "%s, %s, run %d of %d", t->label,
+			         mode ? "smclo" : "tcp loopback", r + 1, a->runs);
+			progress_step(&env->pr, what);
+			if (one_run(env->self, env->lib, env->regdir, mode, t->test, a->msg, a->seconds,
+			            &res) < 0)
+				return -1;
+			val[mode][r] = res.value;
+			cpu[mode][r] = res.cpu;
+		}
+	double tcp = median(val[0], a->runs), shm = median(val[1], a->runs);
+	after = counts_of(env->tot);
+	all = counts_describe(&before, &after, a->runs, conns, sizeof(conns));
+	snprintf(cpus, sizeof(cpus), "%.2f -> %.2f", median(cpu[0], a->runs), median(cpu[1], a->runs));
+	progress_clear(&env->pr);
+	printf("%-34s %10.2f %-4s %10.2f %-4s %7.2fx   %-26s %s\n", t->label, tcp,
+	       t->unit, shm, t->unit, shm / tcp, cpus, conns);
+	return all;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	const int ntests = (int)(sizeof(bench_tests) / sizeof(bench_tests[0]));
+	struct bench_args a;
+	struct bench_env env;
+	char self[4096], lib[4096], regdir[64], err[300];
+	int all = 1, rc;
+
+	if ((rc = bench_parse(argc, argv, &a)) != 0)
+		return rc;
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0)
 		return usage_error("bench: cannot find my own location");
@@ -480,53 +547,26 @@ int cmd_bench(int argc, char **argv)
 	         access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
 	if (!mkdtemp(regdir))
 		return usage_error("bench: cannot create a registry directory: %m");
-
-	static const struct { const char *test, *label, *unit; } tests[] = {
-		{ "pingpong", "ping-pong latency", "us" },
-		{ "stream", "stream bandwidth (64 KiB writes)", "MB/s" },
-		{ "connect", "connection setup (RTT, close)", "/s" },
-	};
-	const int ntests = (int)(sizeof(tests) / sizeof(tests[0]));
 	/* the smclo runs' registry, mapped here to tell whether they were accelerated */
-	char err[300];
 	int dfd = registry_open(regdir, 0, err, sizeof(err));
-	struct stats_totals *tot = dfd >= 0 ? stats_totals_map(dfd) : NULL;
-	if (!tot) {
+	env = (struct bench_env){ .self = self, .lib = lib, .regdir = regdir,
+	                          .tot = dfd >= 0 ? stats_totals_map(dfd) : NULL };
+	if (!env.tot) {
 		remove_registry(regdir);
 		return usage_error("bench: registry %s: %s", regdir, dfd < 0 ? err : "no stats file");
 	}
 	printf("smclo bench: %d interleaved runs of %.1f s each, median; message %zu B\n\n",
-	       runs, seconds, msg);
+	       a.runs, a.seconds, a.msg);
 	printf("%-34s %14s %14s %8s   %-26s %s\n", "benchmark", "tcp loopback", "smclo", "ratio",
 	       "cpu s/run (tcp -> smclo)", "smclo connections");
-	int all = 1;
-	struct progress pr;
 	/* a step is its seconds plus starting two processes and, for connect, the end */
-	progress_start(&pr, ntests * runs * 2, seconds + 0.2);
+	progress_start(&env.pr, ntests * a.runs * 2, a.seconds + 0.2);
 	for (int t = 0; t < ntests; t++) {
-		double val[2][50], cpu[2][50];
-		struct bench_counts before = counts_of(tot), after;
-		for (int r = 0; r < runs; r++)
-			for (int i = 0; i < 2; i++) {
-				int mode = i ^ (r & 1);
-				struct run_result res;
-				char what[128];
-				snprintf(what, sizeof(what), "%s, %s, run %d of %d", tests[t].label,
-				         mode ? "smclo" : "tcp loopback", r + 1, runs);
-				progress_step(&pr, what);
-				if (one_run(self, lib, regdir, mode, tests[t].test, msg, seconds, &res) < 0)
-					return 1;
-				val[mode][r] = res.value;
-				cpu[mode][r] = res.cpu;
-			}
-		double tcp = median(val[0], runs), shm = median(val[1], runs);
-		char cpus[64], conns[96];
-		after = counts_of(tot);
-		all &= counts_describe(&before, &after, runs, conns, sizeof(conns));
-		snprintf(cpus, sizeof(cpus), "%.2f -> %.2f", median(cpu[0], runs), median(cpu[1], runs));
-		progress_clear(&pr);
-		printf("%-34s %10.2f %-4s %10.2f %-4s %7.2fx   %-26s %s\n", tests[t].label, tcp,
-		       tests[t].unit, shm, tests[t].unit, shm / tcp, cpus, conns);
+		int r = bench_row(&env, &a, &bench_tests[t]);
+
+		if (r < 0)
+			return 1;
+		all &= r;
 	}
 	if (!all)
 		printf("\n<-- NOT all accelerated: a connection stayed on TCP for a reason other "

@@ -25,46 +25,6 @@
 #include <sys/socket.h>
 #include <time.h>
 
-/* ---- the hooks to the layer above (io.h) -------------------------------- */
-
-static struct io_hooks hooks;
-
-void io_set_hooks(const struct io_hooks *h)
-{
-	hooks = *h;
-}
-
-void io_thread_sleeps(void)
-{
-	if (hooks.thread_sleeps)
-		hooks.thread_sleeps();
-}
-
-int io_keep_fd(int fd)
-{
-	return hooks.keep_fd ? hooks.keep_fd(fd) : fd;
-}
-
-int io_keep_copy(int fd, int if_spare)
-{
-	if (hooks.keep_copy)
-		return hooks.keep_copy(fd, if_spare);
-	return if_spare ? -1 : sys_fcntl(fd, F_DUPFD_CLOEXEC, 3);
-}
-
-int io_is_kept(int fd)
-{
-	return hooks.is_kept ? hooks.is_kept(fd) : fd >= 0;
-}
-
-int io_rcvtimeo_ms(struct conn *c, int fd)
-{
-	return hooks.rcvtimeo_ms ? hooks.rcvtimeo_ms(c, fd) : 0;
-}
-
-/* What a claim or peek records as its holder (io_hold_take, io.h). */
-_Thread_local char io_thread_token;
-
 /* One zero-length message, carrying @nfds descriptors of @fds. */
 static ssize_t bell_message(int fd, const int *fds, int nfds)
 {
@@ -128,11 +88,11 @@ int bell_send_pool(struct conn *c, int fd, int memfd, int wakefd)
 {
 	int fds[2] = { memfd, wakefd }, r;
 
-	sh_lock(&c->sh->tx_lock);
+	shared_lock(&c->sh->tx_lock);
 	r = bell_send_fds(c, fd, 0, fds, 2);
 	if (r == 0)     /* the reader may take it before the ring empties (rx.c) */
 		atomic_store_explicit(&c->tx->pool_bell, c->sh->bell_seq, memory_order_release);
-	sh_unlock(&c->sh->tx_lock);
+	shared_unlock(&c->sh->tx_lock);
 	return r;
 }
 
@@ -140,7 +100,7 @@ int bell_send_pool(struct conn *c, int fd, int memfd, int wakefd)
  * Does a reader that is awake make this doorbell unnecessary?  Either it
  * spins in a blocking read that takes all @unread bytes (rx.c), or an epoll
  * wait of its process is watching the ring and will report the bytes itself
- * (watch.c), while nobody of it sleeps in the kernel on the doorbell socket.
+ * (epoll_watch.c), while nobody of it sleeps in the kernel on the doorbell socket.
  * The loads are seq_cst after our producer cursor was: with the reader's
  * stop-watching-then-look, either we see the promise gone, or it sees bytes.
  */
@@ -367,12 +327,12 @@ void bell_drain(struct conn *c, int fd, int keep_one)
 		}
 		if (n != 0) {
 			if (n > 0)
-				conn_mark_broken(c);    /* bytes where only doorbells belong */
+				close_mark_broken(c);    /* bytes where only doorbells belong */
 			break;
 		}
 		sh->bells_drained = i + 1;
 		atomic_store_explicit(&c->tx->bells_drained, i + 1, memory_order_relaxed);
-		if (++drained % DRAIN_LOOK == 0 && peer_hangup_flags(c, fd))
+		if (++drained % DRAIN_LOOK == 0 && bell_hangup_flags(c, fd))
 			break;
 	}
 }
@@ -418,7 +378,7 @@ int bell_wait_writable(int fd, int dontwait)
 	return 0;
 }
 
-uint32_t peer_hangup_flags(const struct conn *c, int fd)
+uint32_t bell_hangup_flags(const struct conn *c, int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
 

@@ -34,7 +34,7 @@ static void conn_free(struct conn *c)
 	if (c->region)
 		region_put(c->region, c->reusable);
 	if (c->sh)
-		conn_shared_put(c->sh, c->reusable);
+		shared_put(c->sh, c->reusable);
 	atomic_fetch_sub(&n_conns, 1);
 	pthread_mutex_lock(&pool_lock);
 	memset(c, 0, sizeof(*c));
@@ -118,18 +118,5 @@ void conn_fork_lock(void)
 void conn_fork_unlock(void)
 {
 	pthread_mutex_unlock(&pool_lock);
-}
-
-void sh_lock(pthread_mutex_t *m)
-{
-	/* a holder killed mid-operation leaves cursors consistent: they are
-	 * only ever advanced after the bytes they cover were copied */
-	if (pthread_mutex_lock(m) == EOWNERDEAD)
-		pthread_mutex_consistent(m);
-}
-
-void sh_unlock(pthread_mutex_t *m)
-{
-	pthread_mutex_unlock(m);
 }
 

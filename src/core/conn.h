@@ -71,6 +71,13 @@ struct io_hold {
 	size_t len;                     /* bytes claimed or peeked */
 };
 
+/*
+ * One connection in this process, the object every layer works on.  The
+ * core owns the rings and the shared state; the fields the layers above
+ * write are theirs to keep right: fd_count, inherited and fork_gen the
+ * descriptor table's (fd/), tcp_fd, direct, pending, bell_fd and the
+ * addresses the handshake's, watch_regs the shim's epoll (epoll_watch.c).
+ */
 struct conn {
 	_Atomic int refs;
 	int fd_count;                   /* descriptors of this process naming it */
@@ -95,7 +102,7 @@ struct conn {
 	int reusable;                   /* every holder in every process is gone */
 	struct stat_slot *slot;
 	struct ep local, peer;
-	int watch_regs;                 /* epoll registrations watch.c tracks for it */
+	int watch_regs;                 /* epoll registrations epoll_watch.c tracks for it */
 	_Atomic uint32_t calls;         /* reads and writes that moved data (payoff.h) */
 	/*
 	 * A client connection whose inbox offer is not decided yet (client.c,
@@ -154,23 +161,23 @@ int conn_count(void);
  * State shared by the processes holding a connection (shared.c): fork
  * children inherit it, exec'd programs map it again.
  */
-struct conn_shared *conn_shared_new(void);
+struct conn_shared *shared_new(void);
 /* This process is done with @sh; @reusable: so is every other holder. */
-void conn_shared_put(struct conn_shared *sh, int reusable);
+void shared_put(struct conn_shared *sh, int reusable);
 /* The descriptor and offset that map @sh again (for a handover); -1 if none. */
-int conn_shared_locate(const struct conn_shared *sh, int *fd, uint32_t *offset);
+int shared_locate(const struct conn_shared *sh, int *fd, uint32_t *offset);
 /* @sh as another program of this process left it (handover.c); NULL if invalid. */
-struct conn_shared *conn_shared_adopt(int fd, uint32_t offset);
+struct conn_shared *shared_adopt(int fd, uint32_t offset);
 
 /* Lock helpers that survive a holder dying (robust mutexes). */
-void sh_lock(pthread_mutex_t *m);
-void sh_unlock(pthread_mutex_t *m);
+void shared_lock(pthread_mutex_t *m);
+void shared_unlock(pthread_mutex_t *m);
 
 /* The connection objects' lock, held across fork() (runtime/fork.c lists the order). */
 void conn_fork_lock(void);
 void conn_fork_unlock(void);
 /* The shared-state chunks' lock, held across fork() (runtime/fork.c lists the order). */
-void conn_shared_fork_lock(void);
-void conn_shared_fork_unlock(void);
+void shared_fork_lock(void);
+void shared_fork_unlock(void);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * io.h - the data path of an accelerated connection: doorbells (bell.c),
  * transmit (tx.c), receive (rx.c), close and shutdown (close.c), and the
- * hooks it calls the layer above through (io_hooks, bell.c).
+ * hooks it calls the layers above through (io_hooks, io.c).
  *
  * Doorbell protocol, in one paragraph (docs/design.md has the argument):
  * a doorbell is a zero-length message on the SEQPACKET socket; it is what
@@ -28,13 +28,15 @@
 #include <sys/uio.h>
 
 /*
- * What the data path needs from the layer above it, set once at start
- * before any connection exists (the preload shim sets them; the native API
- * will set its own): calls go only downward, and upward through these.
+ * What the data path needs from the layers above it (io.c): calls go only
+ * downward, and upward through these.  runtime/init.c sets the library's
+ * once at start, before any connection exists (every member given; the
+ * table must outlive the process); until then, and in a core linked without
+ * a front end (unit tests, fuzzers), io.c's own answer.
  */
 struct io_hooks {
 	/* this thread is about to sleep in a wait: event loops that watch
-	 * rings stop watching for it (watch.c) */
+	 * rings stop watching for it (epoll_watch.c) */
 	void (*thread_sleeps)(void);
 	/* SO_RCVTIMEO of @fd, the descriptor of @c, in ms; 0 for none */
 	int (*rcvtimeo_ms)(struct conn *c, int fd);
@@ -87,7 +89,7 @@ int bell_signals_restart(void);
  * now.  Once both sides shut down writing the socket hangs up whether the
  * peer lives or not: then only its CLOSED (or ABORT) says it is gone.
  */
-uint32_t peer_hangup_flags(const struct conn *c, int fd);
+uint32_t bell_hangup_flags(const struct conn *c, int fd);
 
 /*
  * Claims and peeks (the native API, smclo.h): the transmit or receive lock
@@ -130,13 +132,13 @@ static inline int io_lock(pthread_mutex_t *m, const struct io_hold *h, int dontw
 			pthread_mutex_consistent(m);
 		return 0;
 	}
-	sh_lock(m);
+	shared_lock(m);
 	return 0;
 }
 
 /* Give up whatever claim and peek this thread holds on @c (close.c: before
  * a close, which takes the locks itself). */
-void io_release_mine(struct conn *c);
+void close_release_holds(struct conn *c);
 
 /* tx.c */
 /*
@@ -153,6 +155,12 @@ void tx_commit(struct conn *c, int fd, size_t n);
 void tx_commit_keep(struct conn *c, int fd, size_t n);
 /* Release a claim without publishing anything. */
 void tx_abort(struct conn *c);
+/*
+ * send() on @c: the bytes taken (waiting for room unless MSG_DONTWAIT or
+ * the descriptor is non-blocking), or -errno (SIGPIPE raised for -EPIPE
+ * without MSG_NOSIGNAL).  Every call of this file and rx.c returns -errno,
+ * as liburing's do; the shim turns it into -1 and errno at the libc boundary.
+ */
 ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);
 /*
  * A write before the handshake is decided (client.c, pending): all of it goes into
@@ -161,6 +169,7 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
  */
 #define PENDING_MAX (16u << 10)
 ssize_t tx_send_pending(struct conn *c, const struct iovec *iov, int iovcnt);
+/* sendfile() into @c: bytes taken, 0 at the file's end, or -errno. */
 ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t count);
 uint32_t tx_unacked(struct conn *c);
 /*
@@ -188,6 +197,7 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 void rx_consume(struct conn *c, int fd, size_t n);
 /* Release a peek without consuming anything. */
 void rx_release(struct conn *c);
+/* recv() on @c with its flags: bytes read, 0 at the end of the stream, or -errno. */
 ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);
 /*
  * A signal interrupted this thread's wait for the handshake's decision
@@ -197,7 +207,7 @@ void rx_note_interrupted(void);
 uint32_t rx_available(struct conn *c);
 /*
  * Unread bytes in the ring right now, without the lock: a hint for readiness
- * (watch.c, pollwait.c); the read that follows checks everything properly.
+ * (epoll_watch.c, pollwait.c); the read that follows checks everything properly.
  */
 static inline int rx_has_unread(struct conn *c)
 {
@@ -208,7 +218,7 @@ static inline int rx_has_unread(struct conn *c)
 /*
  * The kernel says @fd is readable: if the ring is empty and the stream not
  * ended, that can only be doorbells that arrived after their bytes were read
- * (watch.c reads without waiting for them).  Consume them; returns 1 if
+ * (epoll_watch.c reads without waiting for them).  Consume them; returns 1 if
  * nothing readable is left, 0 otherwise.
  */
 int rx_settle_bells(struct conn *c, int fd);
@@ -216,17 +226,18 @@ int rx_settle_bells(struct conn *c, int fd);
 int rx_peer_prod(struct conn *c, uint64_t *prod);
 
 /* close.c */
-int conn_shutdown(struct conn *c, int fd, int how);
-void conn_mark_broken(struct conn *c);
+/* shutdown() on @c: 0 or -errno. */
+int close_shutdown(struct conn *c, int fd, int how);
+void close_mark_broken(struct conn *c);
 /* The last holder is done with @c: CLOSED (and ABORT if @abort or unread
  * bytes are thrown away) for the peer to read after our last byte. */
-void conn_publish_close(struct conn *c, int abort);
+void close_publish(struct conn *c, int abort);
 /*
  * @c's descriptors all close at the exec (close-on-exec): this process
  * stops holding it, as a close() would say.  1 if another holder remains
  * (the count can be given back if the exec fails), 0 if not.
  */
-int conn_leave_at_exec(struct conn *c);
+int close_leave_at_exec(struct conn *c);
 
 
 #endif

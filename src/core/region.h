@@ -1,7 +1,7 @@
 /*
  * region.h - the shared memory of accelerated connections, reused across
- * connections between the same two processes (the page_frag idea of seed
- * 002, and the kernel's DMB reuse).
+ * connections between the same two processes (the page_frag idea,
+ * docs/background.md section 2, and the kernel's DMB reuse).
  *
  * A region holds both rings of one connection: the client->server ring
  * ("up") and the server->client ring ("down"), each a 4 KiB header and a
@@ -40,7 +40,7 @@ void region_put(struct region *r, int reusable);
 
 /* Server: @pid made this region (its idle mapping goes when @pid is gone; 0: not known). */
 void region_note_maker(struct region *r, pid_t pid);
-/* Close the memfd kept with @r (conn_go_lean); a region of ours is not reused then. */
+/* Close the memfd kept with @r (install_go_lean); a region of ours is not reused then. */
 void region_drop_memfd(struct region *r);
 /* Its memfd, to hand the connection to an exec'd program; -1 if not kept. */
 int region_memfd(const struct region *r);

@@ -26,7 +26,7 @@ int rx_peer_prod(struct conn *c, uint64_t *prod)
 	uint64_t p = atomic_load_explicit(&c->rx->prod, memory_order_seq_cst);
 
 	if (!ring_prod_valid(sh->cons, sh->peer_prod_seen, p, c->rx_size)) {
-		conn_mark_broken(c);
+		close_mark_broken(c);
 		return -1;
 	}
 	sh->peer_prod_seen = p;
@@ -194,7 +194,7 @@ static int rx_run_at(struct conn *c, const struct rx_at *at, uint64_t prod, stru
 	}
 forged:
 	if (judge)
-		conn_mark_broken(c);
+		close_mark_broken(c);
 	return -1;
 }
 
@@ -373,7 +373,7 @@ static int rx_wait(struct conn *c, int fd, int dontwait, size_t take)
 
 	if (!dontwait && (kind = rx_spin(c, take, futex_ok(c, take), &seq)) == LOOK_AGAIN)
 		return 0;
-	sh_unlock(&sh->rx_lock);
+	shared_unlock(&sh->rx_lock);
 	if (!dontwait)
 		io_thread_sleeps();
 	if (kind == SLEEP_FUTEX) {
@@ -389,7 +389,7 @@ static int rx_wait(struct conn *c, int fd, int dontwait, size_t take)
 			r = 0;
 		}
 		atomic_store_explicit(&c->tx->futex_take, 0, memory_order_relaxed);
-		sh_lock(&sh->rx_lock);
+		shared_lock(&sh->rx_lock);
 		return r;
 	}
 socket_wait:
@@ -399,9 +399,9 @@ socket_wait:
 	int err = errno;
 	if (!dontwait)
 		atomic_fetch_sub_explicit(&c->tx->sleepers, 1, memory_order_relaxed);
-	sh_lock(&sh->rx_lock);
+	shared_lock(&sh->rx_lock);
 	if (n > 0) {
-		conn_mark_broken(c);
+		close_mark_broken(c);
 		return -ECONNRESET;
 	}
 	if (n < 0)
@@ -409,7 +409,7 @@ socket_wait:
 	/* a message is queued, or the peer hung up */
 	if (atomic_load_explicit(&c->rx->bell_seq, memory_order_acquire) != sh->bells_drained)
 		return 0;
-	uint32_t hup = peer_hangup_flags(c, fd);
+	uint32_t hup = bell_hangup_flags(c, fd);
 	if (hup) {
 		atomic_fetch_or(&sh->flags, hup);
 		return 1;
@@ -445,104 +445,132 @@ void rx_note_interrupted(void)
 
 static int rx_idle_look(struct conn *c, int fd, int idle_loops)
 {
-	uint32_t hup = peer_hangup_flags(c, fd);
+	uint32_t hup = bell_hangup_flags(c, fd);
 
 	if (hup) {
 		atomic_fetch_or(&c->sh->flags, hup);
 		return 1;
 	}
 	if (idle_loops > IDLE_LOOPS_MAX) {
-		conn_mark_broken(c);
+		close_mark_broken(c);
 		return -ECONNRESET;
 	}
 	return 0;
 }
 
+/*
+ * The ring looks empty: publish our cursor, so that the writer rings for
+ * what it writes next, and look once more.  1 if bytes came meanwhile;
+ * else stale doorbells are drained and the caller may sleep.
+ */
+static int rx_empty_before_wait(struct conn *c, int fd)
+{
+	uint64_t prod;
+
+	if (c->sh->cons_pub != c->sh->cons)
+		publish_cons(c);
+	if (rx_peer_prod(c, &prod) == 0 && prod != c->sh->cons)
+		return 1;
+	bell_drain(c, fd, 0);
+	return 0;
+}
+
+/* A wait that brought nothing (@r 0): now and then a closer look. */
+static int rx_after_idle_wait(struct conn *c, int fd, int r, int *idle_loops)
+{
+	if (r == 0 && ++*idle_loops % IDLE_LOOK == 0)
+		r = rx_idle_look(c, fd, *idle_loops);
+	return r;
+}
+
+/* A recv() under way (rx_recv): what it asked for and what it has. */
+struct rx_call {
+	const struct iovec *iov;
+	int iovcnt;
+	int peek, waitall, dontwait;
+	size_t total, got;
+};
+
+#define RX_STOP (-1)    /* rx_recv_step: done, with what it got */
+
+/* Copy what the peer produced up to @prod; RX_STOP, 0 to go on, or an errno. */
+static int rx_recv_take(struct conn *c, int fd, struct rx_call *k, uint64_t prod)
+{
+	struct rx_at at;
+	long n;
+
+	/* a peek copies once (it never waits for all), from our position */
+	rx_at_load(c->sh, &at);
+	n = rx_take(c, k->iov, k->iovcnt, k->got, &at, prod, k->total - k->got, 1);
+	if (n < 0)
+		return ECONNRESET;
+	k->got += (size_t)n;
+	if (!k->peek)
+		rx_took(c, fd, &at, prod, (size_t)n);
+	return k->got == k->total || !k->waitall ? RX_STOP : 0;
+}
+
+/*
+ * One look at the ring, and a wait if it is empty and the call may wait:
+ * 0 to look again, RX_STOP, or the errno the call fails with if it got
+ * nothing.
+ */
+static int rx_recv_step(struct conn *c, int fd, struct rx_call *k, int *idle_loops)
+{
+	uint32_t pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
+	uint64_t prod;
+	int end;
+
+	if (atomic_load(&c->sh->flags) & SH_SHUT_RD)
+		return RX_STOP;
+	if (rx_peer_prod(c, &prod) < 0)
+		return ECONNRESET;
+	if (prod != c->sh->cons) {
+		*idle_loops = 0;        /* bytes came: the doorbells matched */
+		return rx_recv_take(c, fd, k, prod);
+	}
+	end = rx_end_state(c, pf);
+	if (end < 0)
+		return -end;
+	if (end || (k->got && !k->waitall))
+		return RX_STOP;
+	if (rx_empty_before_wait(c, fd))
+		return 0;
+	end = interrupted && !k->dontwait ? -EINTR :
+	      rx_wait(c, fd, k->dontwait, k->peek ? 0 : k->total - k->got);
+	end = rx_after_idle_wait(c, fd, end, idle_loops);
+	return end < 0 ? -end : 0;
+}
+
 ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct conn_shared *sh = c->sh;
-	int peek = flags & MSG_PEEK;
-	int waitall = (flags & MSG_WAITALL) && !peek;
-	int dontwait = (flags & MSG_DONTWAIT) ||
-	               atomic_load_explicit(&sh->nonblock, memory_order_relaxed);
-	size_t total = 0, got = 0;
-	int err = 0, idle_loops = 0;
+	struct rx_call k = { .iov = iov, .iovcnt = iovcnt, .peek = (flags & MSG_PEEK) != 0 };
+	int err, idle_loops = 0;
 
-	if (flags & MSG_OOB) {
-		errno = EINVAL;
-		return -1;
-	}
-	if (io_hold_mine(&c->rx_hold)) {
-		errno = EDEADLK;        /* a peek of this thread is not consumed */
-		return -1;
-	}
-	for (int k = 0; k < iovcnt; k++)
-		total += iov[k].iov_len;
-	if (total == 0)
+	k.waitall = (flags & MSG_WAITALL) && !k.peek;
+	k.dontwait = (flags & MSG_DONTWAIT) ||
+	             atomic_load_explicit(&sh->nonblock, memory_order_relaxed);
+	if (flags & MSG_OOB)
+		return -EINVAL;
+	if (io_hold_mine(&c->rx_hold))
+		return -EDEADLK;        /* a peek of this thread is not consumed */
+	for (int i = 0; i < iovcnt; i++)
+		k.total += iov[i].iov_len;
+	if (k.total == 0)
 		return 0;
-	if (io_lock(&sh->rx_lock, &c->rx_hold, dontwait) < 0) {
-		errno = EAGAIN;         /* another thread's peek */
-		return -1;
-	}
-	for (;;) {
-		uint32_t pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
-		uint64_t prod, start = sh->cons;
-		int end;
-
-		if (atomic_load(&sh->flags) & SH_SHUT_RD)
-			break;
-		if (rx_peer_prod(c, &prod) < 0) {
-			err = ECONNRESET;
-			break;
-		}
-		if (prod != start) {
-			struct rx_at at;
-			long n;
-
-			/* a peek copies once (it never waits for all), from our position */
-			rx_at_load(sh, &at);
-			n = rx_take(c, iov, iovcnt, got, &at, prod, total - got, 1);
-			if (n < 0) {
-				err = ECONNRESET;
-				break;
-			}
-			got += (size_t)n;
-			idle_loops = 0;         /* bytes came: the doorbells matched */
-			if (!peek)
-				rx_took(c, fd, &at, prod, (size_t)n);
-			if (got == total || !waitall)
-				break;
-			continue;
-		}
-		end = rx_end_state(c, pf);
-		if (end < 0 && got == 0)
-			err = -end;
-		if (end || (got && !waitall))
-			break;
-		/* empty: make sure the writer will ring, then wait for it */
-		if (sh->cons_pub != sh->cons)
-			publish_cons(c);
-		if (rx_peer_prod(c, &prod) == 0 && prod != sh->cons)
-			continue;
-		bell_drain(c, fd, 0);
-		end = interrupted && !dontwait ? -EINTR : rx_wait(c, fd, dontwait, peek ? 0 : total - got);
-		if (end == 0 && ++idle_loops % IDLE_LOOK == 0)
-			end = rx_idle_look(c, fd, idle_loops);
-		if (end < 0) {
-			if (got == 0)
-				err = -end;
-			break;
-		}
-	}
-	sh_unlock(&sh->rx_lock);
+	if (io_lock(&sh->rx_lock, &c->rx_hold, k.dontwait) < 0)
+		return -EAGAIN;         /* another thread's peek */
+	while ((err = rx_recv_step(c, fd, &k, &idle_loops)) == 0)
+		;
+	shared_unlock(&sh->rx_lock);
 	interrupted = 0;
-	if (got == 0 && err) {
+	if (k.got == 0 && err > 0) {
 		if (err != EAGAIN)
 			DBG("recv fd %d: %s", fd, strerror(err));
-		errno = err;
-		return -1;
+		return -err;
 	}
-	return (ssize_t)got;
+	return (ssize_t)k.got;
 }
 
 /*
@@ -598,7 +626,7 @@ static int rx_wait_more(struct conn *c, int fd, uint64_t have_prod)
 			atomic_store_explicit(&c->tx->futex_take, 0, memory_order_relaxed);
 		return 0;
 	}
-	sh_unlock(&sh->rx_lock);
+	shared_unlock(&sh->rx_lock);
 	io_thread_sleeps();
 	if (mine) {
 		r = bell_sleep(c, fd, seq);
@@ -608,9 +636,9 @@ static int rx_wait_more(struct conn *c, int fd, uint64_t have_prod)
 		struct timespec t = { .tv_nsec = 1000000 };
 		r = nanosleep(&t, NULL) < 0 && !bell_signals_restart() ? -EINTR : 0;
 	}
-	sh_lock(&sh->rx_lock);
+	shared_lock(&sh->rx_lock);
 	if (r == BELL_SLEEP_ON || r == -EAGAIN) {
-		uint32_t hup = peer_hangup_flags(c, fd);
+		uint32_t hup = bell_hangup_flags(c, fd);
 
 		if (hup) {
 			atomic_fetch_or(&sh->flags, hup);
@@ -619,6 +647,44 @@ static int rx_wait_more(struct conn *c, int fd, uint64_t have_prod)
 		r = 0;
 	}
 	return r;
+}
+
+/* The peeked bytes, where they lie; the receive lock stays held until rx_consume. */
+static long rx_peek_hand_out(struct conn *c, const struct rx_run *run, uint64_t have,
+                             struct iovec iov[2])
+{
+	if (run->pool) {
+		iov[0] = (struct iovec){ (void *)run->pool, have };
+		iov[1] = (struct iovec){ NULL, 0 };
+	} else {
+		ring_pieces((uint8_t *)ring_data_ro(c->rx), c->rx_size, c->sh->cons, have, iov);
+	}
+	io_hold_take(&c->rx_hold, have);
+	return (long)have;
+}
+
+/*
+ * A peek found fewer than @min bytes (@have of them, up to @prod) and may
+ * wait: *@r is what the wait says (rx_wait's answers), within SO_RCVTIMEO's
+ * @deadline.  1 when bytes came while it made ready: look again at once.
+ */
+static int rx_peek_wait(struct conn *c, int fd, uint64_t prod, uint64_t have, size_t min,
+                        long long deadline, long *r)
+{
+	if (have) {
+		/* SO_RCVTIMEO bounds the whole wait (the wait for a first byte,
+		 * below, has the kernel's own timeout) */
+		*r = deadline && mono_now_ms() >= deadline ? -EAGAIN : rx_wait_more(c, fd, prod);
+		return 0;
+	}
+	/* empty: as a read does (rx_recv), make sure the writer rings */
+	if (rx_empty_before_wait(c, fd))
+		return 1;
+	/* as a read of @min bytes waits: the consume that follows takes them
+	 * (bytes it leaves have no doorbell; every later wait looks at the
+	 * ring, as after such a read) */
+	*r = rx_wait(c, fd, 0, min);
+	return 0;
 }
 
 long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwait)
@@ -648,12 +714,8 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 			r = 0;
 			break;
 		}
-		if (rx_peer_prod(c, &prod) < 0) {
-			r = -ECONNRESET;
-			break;
-		}
 		rx_at_load(sh, &at);
-		if (rx_run_at(c, &at, prod, &run, 1) < 0) {
+		if (rx_peer_prod(c, &prod) < 0 || rx_run_at(c, &at, prod, &run, 1) < 0) {
 			r = -ECONNRESET;
 			break;
 		}
@@ -662,17 +724,8 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 		 * there is in one place */
 		edge = have && (run.pool || at.cons + have != prod);
 		end = have < min && !edge ? rx_end_state(c, pf) : 0;
-		if (have >= min || edge || (end > 0 && have)) {
-			if (run.pool) {
-				iov[0] = (struct iovec){ (void *)run.pool, have };
-				iov[1] = (struct iovec){ NULL, 0 };
-			} else {
-				ring_pieces((uint8_t *)ring_data_ro(c->rx), c->rx_size, sh->cons,
-				            have, iov);
-			}
-			io_hold_take(&c->rx_hold, have);
-			return (long)have;      /* the lock stays held until rx_consume */
-		}
+		if (have >= min || edge || (end > 0 && have))
+			return rx_peek_hand_out(c, &run, have, iov);
 		if (end) {
 			r = end < 0 ? end : 0;
 			break;
@@ -683,34 +736,15 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 			r = -EAGAIN;
 			break;
 		}
-		if (have) {
-			/* SO_RCVTIMEO bounds the whole wait (the wait for a first byte,
-			 * below, has the kernel's own timeout) */
-			if (deadline && mono_now_ms() >= deadline) {
-				r = -EAGAIN;
-				break;
-			}
-			r = rx_wait_more(c, fd, prod);
-		} else {
-			/* empty: as a read does (rx_recv), make sure the writer rings */
-			if (sh->cons_pub != sh->cons)
-				publish_cons(c);
-			if (rx_peer_prod(c, &prod) == 0 && prod != sh->cons)
-				continue;
-			bell_drain(c, fd, 0);
-			/* as a read of @min bytes waits: the consume that follows takes
-			 * them (bytes it leaves have no doorbell; every later wait looks
-			 * at the ring, as after such a read) */
-			r = rx_wait(c, fd, 0, min);
-		}
-		if (r == 0 && ++idle_loops % IDLE_LOOK == 0)
-			r = rx_idle_look(c, fd, idle_loops);
+		if (rx_peek_wait(c, fd, prod, have, min, deadline, &r))
+			continue;
+		r = rx_after_idle_wait(c, fd, r, &idle_loops);
 		if (r < 0)
 			break;
 		if (r > 0)
 			idle_loops = 0;         /* a hang-up: the next look ends the stream */
 	}
-	sh_unlock(&sh->rx_lock);
+	shared_unlock(&sh->rx_lock);
 	return r;
 }
 
@@ -729,13 +763,13 @@ void rx_consume(struct conn *c, int fd, size_t n)
 		if (took > 0)
 			rx_took(c, fd, &at, sh->peer_prod_seen, (size_t)took);
 	}
-	sh_unlock(&sh->rx_lock);
+	shared_unlock(&sh->rx_lock);
 }
 
 void rx_release(struct conn *c)
 {
 	io_hold_drop(&c->rx_hold);
-	sh_unlock(&c->sh->rx_lock);
+	shared_unlock(&c->sh->rx_lock);
 }
 
 /* Unread bytes of the stream from @at, the producer at @prod. */
@@ -765,12 +799,12 @@ uint32_t rx_available(struct conn *c)
 			return 0;
 		return rx_unread(c, &at, prod, 0);
 	}
-	sh_lock(&sh->rx_lock);
+	shared_lock(&sh->rx_lock);
 	if (rx_peer_prod(c, &prod) == 0) {
 		rx_at_load(sh, &at);
 		n = rx_unread(c, &at, prod, 1);
 	}
-	sh_unlock(&sh->rx_lock);
+	shared_unlock(&sh->rx_lock);
 	return n;
 }
 
@@ -783,12 +817,12 @@ int rx_settle_bells(struct conn *c, int fd)
 
 	if (atomic_load_explicit(&c->rx_hold.thread, memory_order_relaxed))
 		return 0;               /* a peek holds bytes (and the lock): readable */
-	sh_lock(&sh->rx_lock);
+	shared_lock(&sh->rx_lock);
 	if (rx_peer_prod(c, &prod) == 0 && prod == sh->cons &&
 	    rx_end_state(c, atomic_load_explicit(&c->rx->flags, memory_order_acquire)) == 0) {
 		bell_drain(c, fd, 0);
 		idle = sys_recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && errno == EAGAIN;
 	}
-	sh_unlock(&sh->rx_lock);
+	shared_unlock(&sh->rx_lock);
 	return idle;
 }

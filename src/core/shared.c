@@ -7,7 +7,7 @@
  * again from a descriptor.  So the state lives in memfd "chunks" of
  * CHUNK_SLOTS slots, one descriptor per chunk (not per connection: a
  * server with RLIMIT_NOFILE 64 still serves 50 connections), carved the way
- * page_frag carves pages (seed 002).
+ * page_frag carves pages (docs/background.md section 2).
  *
  * A slot is taken again only by the process that made its chunk, and only
  * once every holder in every process is gone (holders reached 0).  When the
@@ -54,14 +54,27 @@ static struct chunk *chunks;            /* ours and those inherited through fork
 static struct conn_shared *free_slots;  /* ours, linked through tx_lock's bytes */
 
 /* Held across fork() (runtime/fork.c): the child's copy is then free. */
-void conn_shared_fork_lock(void)
+void shared_fork_lock(void)
 {
 	pthread_mutex_lock(&lock);
 }
 
-void conn_shared_fork_unlock(void)
+void shared_fork_unlock(void)
 {
 	pthread_mutex_unlock(&lock);
+}
+
+void shared_lock(pthread_mutex_t *m)
+{
+	/* a holder killed mid-operation leaves cursors consistent: they are
+	 * only ever advanced after the bytes they cover were copied */
+	if (pthread_mutex_lock(m) == EOWNERDEAD)
+		pthread_mutex_consistent(m);
+}
+
+void shared_unlock(pthread_mutex_t *m)
+{
+	pthread_mutex_unlock(m);
 }
 
 static void robust_init(pthread_mutex_t *m)
@@ -149,7 +162,7 @@ static struct conn_shared *slot_take(void)
 	return sh;
 }
 
-struct conn_shared *conn_shared_new(void)
+struct conn_shared *shared_new(void)
 {
 	struct conn_shared *sh = slot_take();
 
@@ -172,7 +185,7 @@ static void unlink_chunk(struct chunk *k)
 		}
 }
 
-void conn_shared_put(struct conn_shared *sh, int reusable)
+void shared_put(struct conn_shared *sh, int reusable)
 {
 	struct chunk *k, *adopted = NULL;
 
@@ -199,7 +212,7 @@ void conn_shared_put(struct conn_shared *sh, int reusable)
 	}
 }
 
-int conn_shared_locate(const struct conn_shared *sh, int *fd, uint32_t *offset)
+int shared_locate(const struct conn_shared *sh, int *fd, uint32_t *offset)
 {
 	struct chunk *k;
 
@@ -213,7 +226,7 @@ int conn_shared_locate(const struct conn_shared *sh, int *fd, uint32_t *offset)
 	return k ? 0 : -1;
 }
 
-struct conn_shared *conn_shared_adopt(int fd, uint32_t offset)
+struct conn_shared *shared_adopt(int fd, uint32_t offset)
 {
 	const int need = F_SEAL_SHRINK | F_SEAL_GROW;
 	uint32_t page = offset & ~(PAGE - 1);

@@ -1,8 +1,8 @@
 /*
  * tx.c - transmit: copy the application's bytes into the ring we own, once.
  *
- * One copy in (here) and one copy out (rx.c) is the seeds' "nocopy" path:
- * the send buffer *is* the ring the peer reads.  sendfile() reads the file
+ * One copy in (here) and one copy out (rx.c) is the kernel's "nocopy" path
+ * (docs/background.md): the send buffer *is* the ring the peer reads.  sendfile() reads the file
  * straight into the ring, so a static file costs the same single copy.
  */
 #include "io.h"
@@ -23,7 +23,7 @@ static int peer_cons(struct conn *c, uint64_t *out)
 	uint64_t pc = atomic_load_explicit(&c->rx->cons, memory_order_seq_cst);
 
 	if (!ring_cons_valid(sh->peer_cons_seen, pc, sh->prod)) {
-		conn_mark_broken(c);
+		close_mark_broken(c);
 		return -1;
 	}
 	sh->peer_cons_seen = pc;
@@ -86,9 +86,9 @@ static long tx_space(struct conn *c, int fd, uint32_t want, int dontwait)
 			continue;
 		}
 		/* the kernel wakes us when the reader drains our doorbells */
-		sh_unlock(&sh->tx_lock);
+		shared_unlock(&sh->tx_lock);
 		int r = bell_wait_writable(fd, dontwait);
-		sh_lock(&sh->tx_lock);
+		shared_lock(&sh->tx_lock);
 		if (r == -EAGAIN)
 			return 0;
 		if (r < 0)
@@ -121,14 +121,11 @@ static ssize_t tx_finish(ssize_t done, long err, int flags)
 {
 	if (done > 0)
 		return done;
-	if (err == 0) {
-		errno = EAGAIN;
-		return -1;
-	}
+	if (err == 0)
+		return -EAGAIN;
 	if (err == -EPIPE && !(flags & MSG_NOSIGNAL))
 		raise(SIGPIPE);
-	errno = (int)-err;
-	return -1;
+	return err;
 }
 
 long tx_claim(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwait)
@@ -143,7 +140,7 @@ long tx_claim(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontw
 		return 0;               /* another thread's claim: would block */
 	space = tx_space(c, fd, min ? (uint32_t)min : 1, dontwait);
 	if (space <= 0) {
-		sh_unlock(&sh->tx_lock);
+		shared_unlock(&sh->tx_lock);
 		return space;
 	}
 	ring_pieces(ring_data(c->tx), c->tx_size, sh->prod, (size_t)space, iov);
@@ -156,7 +153,7 @@ void tx_commit(struct conn *c, int fd, size_t n)
 	io_hold_drop(&c->tx_hold);
 	if (n)
 		tx_publish(c, fd, (uint32_t)n);
-	sh_unlock(&c->sh->tx_lock);
+	shared_unlock(&c->sh->tx_lock);
 }
 
 void tx_commit_keep(struct conn *c, int fd, size_t n)
@@ -170,7 +167,7 @@ void tx_commit_keep(struct conn *c, int fd, size_t n)
 void tx_abort(struct conn *c)
 {
 	io_hold_drop(&c->tx_hold);
-	sh_unlock(&c->sh->tx_lock);
+	shared_unlock(&c->sh->tx_lock);
 }
 
 ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags)
@@ -182,14 +179,10 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 	size_t off = 0;      /* offset inside iov[i] */
 	long space = 0;
 
-	if (flags & MSG_OOB) {
-		errno = EOPNOTSUPP;
-		return -1;
-	}
-	if (io_hold_mine(&c->tx_hold)) {
-		errno = EDEADLK;        /* a claim of this thread is not committed */
-		return -1;
-	}
+	if (flags & MSG_OOB)
+		return -EOPNOTSUPP;
+	if (io_hold_mine(&c->tx_hold))
+		return -EDEADLK;        /* a claim of this thread is not committed */
 	for (int k = 0; k < iovcnt; k++)
 		total += iov[k].iov_len;
 	if (total == 0) {
@@ -219,7 +212,7 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 		tx_publish(c, fd, chunk);
 		done += chunk;
 	}
-	sh_unlock(&sh->tx_lock);
+	shared_unlock(&sh->tx_lock);
 	return tx_finish((ssize_t)done, space, flags);
 }
 
@@ -235,7 +228,7 @@ ssize_t tx_send_pending(struct conn *c, const struct iovec *iov, int iovcnt)
 	if (atomic_load_explicit(&c->tx->offer, memory_order_acquire) > OFFER_OPEN_SLEEP ||
 	    mono_now_ms() >= c->pending_until_ms)
 		return -1;
-	sh_lock(&sh->tx_lock);
+	shared_lock(&sh->tx_lock);
 	/* nobody reads the ring yet: what is there is replayed into TCP if the
 	 * offer is withdrawn, so keep it small enough to fit the socket buffers */
 	if (atomic_load(&c->pending) == PENDING_OPEN && total > 0 &&
@@ -248,7 +241,7 @@ ssize_t tx_send_pending(struct conn *c, const struct iovec *iov, int iovcnt)
 		tx_publish(c, c->bell_fd, (uint32_t)total);
 		rc = (ssize_t)total;
 	}
-	sh_unlock(&sh->tx_lock);
+	shared_unlock(&sh->tx_lock);
 	return rc;
 }
 
@@ -259,11 +252,9 @@ ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t cou
 	long space = 0;
 	off_t pos = offset ? *offset : 0;
 
-	if (io_hold_mine(&c->tx_hold)) {
-		errno = EDEADLK;
-		return -1;
-	}
-	sh_lock(&sh->tx_lock);
+	if (io_hold_mine(&c->tx_hold))
+		return -EDEADLK;
+	shared_lock(&sh->tx_lock);
 	while (done < count && (space = tx_space(c, fd, 1, 0)) > 0) {
 		size_t want = count - done < (size_t)space ? count - done : (size_t)space;
 		size_t run = ring_contig(c->tx_size, sh->prod, want);
@@ -279,7 +270,7 @@ ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t cou
 		tx_publish(c, fd, (uint32_t)n);
 		done += (size_t)n;
 	}
-	sh_unlock(&sh->tx_lock);
+	shared_unlock(&sh->tx_lock);
 	if (offset)
 		*offset = pos;
 	if (done == 0 && space > 0)
@@ -301,7 +292,7 @@ long long tx_send_ref(struct conn *c, int fd, uint32_t off, uint32_t len, int do
 		return 0;               /* another thread's claim: would block */
 	space = tx_space(c, fd, 1, dontwait);
 	if (space <= 0) {
-		sh_unlock(&sh->tx_lock);
+		shared_unlock(&sh->tx_lock);
 		return space;
 	}
 	/* the entry first, then its count, then the placeholder's byte: a
@@ -314,7 +305,7 @@ long long tx_send_ref(struct conn *c, int fd, uint32_t off, uint32_t len, int do
 	ring_data(c->tx)[sh->prod & (c->tx_size - 1)] = 0;
 	end = sh->ref_end = sh->prod + 1;
 	tx_publish_as(c, fd, 1, len);
-	sh_unlock(&sh->tx_lock);
+	shared_unlock(&sh->tx_lock);
 	return (long long)end;
 }
 

@@ -38,7 +38,7 @@
  * A small descriptor limit (RLIMIT_NOFILE below 512): a connection that
  * holds more descriptors than a TCP one would make the program run out
  * where TCP would not (50 connections under a limit of 64).  Then
- * connections go lean (install.c, conn_go_lean): the doorbell socket is all they hold.
+ * connections go lean (install.c, install_go_lean): the doorbell socket is all they hold.
  */
 extern int fd_budget_small;
 int fd_budget_is_small(void);
@@ -60,7 +60,7 @@ struct fd_entry {
 	_Atomic uint16_t flags;
 	_Atomic uint16_t kernel_accepts;        /* threads in accept()'s kernel wait (direct.c) */
 	int listen_lock;                /* lock fd of our listener entry, +1 (0 = none) */
-	/* epoll sets a not yet connected TCP socket was added to (preload.c,
+	/* epoll sets a not yet connected TCP socket was added to (shim/epoll.c,
 	 * epoll_ctl): its connection stays on TCP (R_EPOLL_EARLY) */
 	_Atomic uint16_t epoll_early;
 	/* a descriptor of smclo's own (fd_hide): the file it names (see fd_is_ours) */

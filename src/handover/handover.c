@@ -327,7 +327,7 @@ static int record(struct exec_scan *x, struct conn *c)
 
 	fds.region = c->region ? region_memfd(c->region) : -1;
 	if (!x->loads_smclo || x->n == HANDOVER_MAX || fds.region < 0 ||
-	    conn_shared_locate(c->sh, &fds.sh, &off) < 0)
+	    shared_locate(c->sh, &fds.sh, &off) < 0)
 		return -1;
 	if (x->rec.p + 220 > x->rec.end)
 		return -1;
@@ -400,7 +400,7 @@ static void leave_closed_at_exec(int fd, struct conn *c, void *arg)
 	    in(x->left, x->n_left, c) || x->n_left == HANDOVER_MAX)
 		return;
 	x->left[x->n_left++] = c;
-	if (conn_leave_at_exec(c) && u->n_left < HANDOVER_MAX)
+	if (close_leave_at_exec(c) && u->n_left < HANDOVER_MAX)
 		u->left[u->n_left++] = c->sh;
 }
 
@@ -647,7 +647,7 @@ static int adopt_one(struct record *r)
 	struct region *region = NULL;
 
 	if (r->fds.sh >= 0)
-		sh = conn_shared_adopt(r->fds.sh, r->sh_off);
+		sh = shared_adopt(r->fds.sh, r->sh_off);
 	if (sh && r->fds.region >= 0 && smclo_active)
 		region = region_adopt(r->fds.region, r->up, r->down, r->mine);
 	if (sh && region)
@@ -670,7 +670,7 @@ static int adopt_one(struct record *r)
 	if (region)
 		region_put(region, 0);
 	if (sh)
-		conn_shared_put(sh, 0);
+		shared_put(sh, 0);
 	return -1;
 }
 

@@ -206,7 +206,7 @@ static int parcel_make(struct conn *c, int k, int e, int fds[PARCEL_FDS])
 	int sh_fd, fd, n, ok;
 
 	if (n_parcels == PARCELS_MAX || !c->region || region_memfd(c->region) < 0 ||
-	    conn_shared_locate(c->sh, &sh_fd, &off) < 0)
+	    shared_locate(c->sh, &sh_fd, &off) < 0)
 		return -1;
 	if (fstat(region_memfd(c->region), &st) < 0)
 		return -1;
@@ -267,7 +267,62 @@ static int parcel_possible(const struct conn *c)
 	uint32_t off;
 
 	return c->mode == MODE_SHM && c->region && region_memfd(c->region) >= 0 &&
-	       conn_shared_locate(c->sh, &fd, &off) == 0;
+	       shared_locate(c->sh, &fd, &off) == 0;
+}
+
+/*
+ * The parcels' descriptors go along, after the application's, in one more
+ * SCM_RIGHTS message of @copy (its control buffer has room: passfd_sendmsg).
+ * A parcel written for a connection that then could not be made keeps its
+ * numbers, so the gap is filled with the first one's.
+ */
+static void passfd_append_state(struct msghdr *copy, size_t app_len, int *extra, int n_made,
+                                int e)
+{
+	struct cmsghdr *h = (struct cmsghdr *)((char *)copy->msg_control + CMSG_ALIGN(app_len));
+
+	for (int i = PARCEL_FDS * n_made; i < e; i++)
+		extra[i] = extra[0];
+	h->cmsg_level = SOL_SOCKET;
+	h->cmsg_type = SCM_RIGHTS;
+	h->cmsg_len = CMSG_LEN((size_t)e * sizeof(int));
+	memcpy(CMSG_DATA(h), extra, (size_t)e * sizeof(int));
+	copy->msg_controllen = CMSG_ALIGN(app_len) + CMSG_SPACE((size_t)e * sizeof(int));
+}
+
+/* Not sent: take back this call's parcels, by name (other threads may have
+ * added or swept some meanwhile). */
+static void passfd_take_back(char made[][64], int n_made)
+{
+	pthread_mutex_lock(&lock);
+	for (int k = 0; k < n_made; k++)
+		for (int i = 0; i < n_parcels; i++)
+			if (!strcmp(parcels[i].name, made[k])) {
+				unlinkat(registry_fd, parcels[i].name, 0);
+				parcel_release(&parcels[i], 0);
+				break;
+			}
+	pthread_mutex_unlock(&lock);
+}
+
+/*
+ * The connections behind the @n descriptors passed (decided first, each
+ * referenced in @conns, NULL for anything else); returns how many of our
+ * descriptors their parcels will add.
+ */
+static int passfd_conns(int **where, int n, int smclo_peer, struct conn **conns)
+{
+	int e = 0;
+
+	for (int i = 0; i < n; i++) {
+		int fd = *where[i];
+
+		hs_resolve_fd(fd);
+		conns[i] = fd_get_conn(fd);
+		if (conns[i] && smclo_peer && parcel_possible(conns[i]))
+			e += PARCEL_FDS;
+	}
+	return e;
 }
 
 ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
@@ -278,7 +333,7 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 	struct msghdr copy = *m;
 	struct conn *conns[PASS_MAX];
 	int *where[PASS_MAX] = { 0 }, resets[PASS_MAX], extra[PARCEL_FDS * PASS_MAX];
-	int n_resets = 0, n, n_made = 0, e = 0, smclo_peer;
+	int n_resets = 0, n, n_made = 0, e, smclo_peer;
 	char made[PASS_MAX][64];
 	ssize_t r;
 
@@ -287,14 +342,7 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 	if (!(n = passed(&copy, where)))
 		return real(sock, m, flags);
 	smclo_peer = receivers_run_smclo(sock);
-	for (int i = 0; i < n; i++) {
-		int fd = *where[i];
-
-		hs_resolve_fd(fd);
-		conns[i] = fd_get_conn(fd);
-		if (conns[i] && smclo_peer && parcel_possible(conns[i]))
-			e += PARCEL_FDS;
-	}
+	e = passfd_conns(where, n, smclo_peer, conns);
 	pthread_mutex_lock(&lock);
 	parcels_sweep();
 	for (int i = 0; i < n; i++) {
@@ -318,39 +366,17 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 		}
 	}
 	pthread_mutex_unlock(&lock);
-	if (n_made) {
-		/* the state goes along, after the application's descriptors; a
-		 * parcel written for a connection that then could not be made
-		 * keeps its numbers, so fill the gap with the first one's */
-		struct cmsghdr *h = (struct cmsghdr *)(control + CMSG_ALIGN(m->msg_controllen));
-
-		for (int i = PARCEL_FDS * n_made; i < e; i++)
-			extra[i] = extra[0];
-		h->cmsg_level = SOL_SOCKET;
-		h->cmsg_type = SCM_RIGHTS;
-		h->cmsg_len = CMSG_LEN((size_t)e * sizeof(int));
-		memcpy(CMSG_DATA(h), extra, (size_t)e * sizeof(int));
-		copy.msg_controllen = CMSG_ALIGN(m->msg_controllen) + CMSG_SPACE((size_t)e * sizeof(int));
-	}
+	if (n_made)
+		passfd_append_state(&copy, m->msg_controllen, extra, n_made, e);
 	r = real(sock, &copy, flags);
 	if (r < 0 && n_made) {
-		/* not sent: take back this call's parcels, by name (other threads
-		 * may have added or swept some meanwhile) */
 		int err = errno;
-		pthread_mutex_lock(&lock);
-		for (int k = 0; k < n_made; k++)
-			for (int i = 0; i < n_parcels; i++)
-				if (!strcmp(parcels[i].name, made[k])) {
-					unlinkat(registry_fd, parcels[i].name, 0);
-					parcel_release(&parcels[i], 0);
-					break;
-				}
-		pthread_mutex_unlock(&lock);
+
+		passfd_take_back(made, n_made);
 		n_made = 0;
 		errno = err;
 	}
-	for (int i = 0; i < n_resets; i++)
-		sys_close(resets[i]);
+	sys_close_all(resets, n_resets);
 	for (int i = 0; i < n; i++)
 		if (conns[i])
 			conn_put(conns[i]);

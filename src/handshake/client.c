@@ -46,7 +46,7 @@ static int client_precheck(struct client *cl)
 		return R_NO_REGISTRY;
 	if (registry_port_unlistened(registry_fd, cl->dst.port))
 		return R_PEER_NO_SMCLO;         /* known without a system call */
-	cl->netns = netns_cookie(cl->fd);
+	cl->netns = proof_netns_cookie(cl->fd);
 	registry_listener_find(registry_fd, &cl->dst, cl->netns, &cl->listener);
 	switch (cl->listener.m) {
 	case LM_NONE:      return R_PEER_NO_SMCLO;
@@ -56,16 +56,16 @@ static int client_precheck(struct client *cl)
 	case LM_OTHER_NETNS:
 		if (!cfg.cross_netns)
 			return R_CROSS_NETNS_OFF;
-		if (dst_is_local(&cl->dst))
+		if (proof_dst_is_local(&cl->dst))
 			return R_NOT_THIS_HOST;
 		break;
 	case LM_SAME_NETNS:
 		break;
 	}
-	if (io_uring_in_use())
+	if (proof_io_uring_in_use())
 		return R_IO_URING;
 	if (fd_epoll_early_count(cl->fd))
-		return R_EPOLL_EARLY;   /* preload.c, count_epoll_early */
+		return R_EPOLL_EARLY;   /* shim/epoll.c, count_epoll_early */
 	if (conn_count() >= cfg.max_conns)
 		return R_MAX_BUFFERS;
 	return R_NONE;
@@ -148,7 +148,7 @@ static int client_tcp_connect(struct client *cl, const struct sockaddr *sa, sock
 		return 0;
 	if (errno != EINPROGRESS)
 		return -1;
-	if (wait_fd(cl->fd, POLLOUT, mono_now_ms() + cfg.handshake_ms) < 0) {
+	if (hs_msg_wait_fd(cl->fd, POLLOUT, mono_now_ms() + cfg.handshake_ms) < 0) {
 		*timed_out = 1;
 		errno = EINPROGRESS;
 		return -1;
@@ -184,7 +184,7 @@ static int client_wait_accept(struct client *cl, union clc_msg *m, int fds[2])
 static int client_complete(struct client *cl, int pair, const union clc_msg *acc, int tcp_fd,
                            struct shm_parts *p)
 {
-	pid_t server = peer_pid_allowed(pair);
+	pid_t server = proof_peer_pid_allowed(pair);
 	union clc_msg m;
 	int reason = R_NONE, out[2];
 
@@ -197,12 +197,12 @@ static int client_complete(struct client *cl, int pair, const union clc_msg *acc
 		p->down = acc->accept.ring_size < cfg.rx_max ? acc->accept.ring_size : cfg.rx_max;
 		/* the kernel names the pair's maker: the only process this region goes to */
 		p->region = region_get(peerid_of_socket(pair, server), p->up, p->down, &out[0]);
-		p->sh = conn_shared_new();
+		p->sh = shared_new();
 		if (!p->region || !p->sh)
 			reason = R_NO_MEMORY;
 	}
 	if (reason != R_NONE) {
-		decline_init(&m, acc->hdr.nonce, reason);
+		hs_msg_decline_init(&m, acc->hdr.nonce, reason);
 		hs_msg_send(pair, &m, NULL, 0);
 		return reason;
 	}
@@ -224,7 +224,7 @@ static void client_install(struct client *cl, int s, struct shm_parts *p)
 {
 	int fl = sys_fcntl(cl->fd, F_GETFL, 0);
 	int fdfl = sys_fcntl(cl->fd, F_GETFD, 0);
-	int domain = domain_of(cl->fd);
+	int domain = proof_domain_of(cl->fd);
 	int tcp;
 
 	p->rcvtimeo_ms = sockopt_copy_timeouts(cl->fd, s);
@@ -234,7 +234,7 @@ static void client_install(struct client *cl, int s, struct shm_parts *p)
 	sys_close(s);
 	if (fl & O_NONBLOCK)            /* the server hands its end over blocking */
 		sys_fcntl(cl->fd, F_SETFL, O_NONBLOCK);
-	conn_shm(cl->fd, tcp, ROLE_CLIENT, p, &cl->src, &cl->dst, domain, (fl & O_NONBLOCK) != 0);
+	install_shm(cl->fd, tcp, ROLE_CLIENT, p, &cl->src, &cl->dst, domain, (fl & O_NONBLOCK) != 0);
 }
 
 /*
@@ -250,7 +250,7 @@ static int client_fallback(struct client *cl, int reason)
 	if (cl->src.port == 0 && reason != R_PEER_NO_SMCLO)
 		ep_of_socket(cl->fd, 0, &cl->src);
 	DBG("connect fd %d: tcp (%s)", cl->fd, reason_text(reason));
-	conn_tcp(cl->fd, ROLE_CLIENT, reason, &cl->src, &peer);
+	install_tcp(cl->fd, ROLE_CLIENT, reason, &cl->src, &peer);
 	return 0;
 }
 
@@ -263,7 +263,7 @@ static int client_finish(struct client *cl, union clc_msg *acc, int fds[2])
 	sys_close(fds[1]);
 	if (reason != R_NONE) {
 		sys_close(fds[0]);
-		parts_free(&parts);
+		install_parts_free(&parts);
 		return client_fallback(cl, reason);
 	}
 	DBG("connect fd %d: shm (ring tx %u rx %u)", cl->fd, parts.up, parts.down);
@@ -297,9 +297,9 @@ static int offer_prepare(struct client *cl, struct shm_parts *p, int pair[2],
 	p->up = min_u32(cfg.tx_size, lo->rx_max);
 	p->down = min_u32(lo->tx_size, cfg.rx_max);
 	p->region = region_get(cl->via, p->up, p->down, &fds[OFFER_FD_REGION]);
-	p->sh = conn_shared_new();
+	p->sh = shared_new();
 	if (!p->region || !p->sh || pairs_take(pair) < 0) {
-		parts_free(p);
+		install_parts_free(p);
 		return -1;
 	}
 	atomic_store(&region_up(p->region)->offer, OFFER_OPEN);
@@ -324,7 +324,7 @@ static int offer_send(struct client *cl, uint64_t id, const union clc_msg *m,
 	if (inbox_send(&cl->listener, id, cl->via, m, fds) < 0) {
 		sys_close(pair[0]);
 		sys_close(pair[1]);
-		parts_free(p);
+		install_parts_free(p);
 		return -1;
 	}
 	sys_close(pair[1]);
@@ -358,7 +358,7 @@ static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
 
 	if (!p->direct)                 /* a direct one bound its socket: src is known */
 		ep_of_socket(cl->fd, 0, &cl->src);
-	if (!(c = conn_new_shm(cl->fd, ROLE_CLIENT, p, &cl->src, &cl->dst, domain_of(cl->fd),
+	if (!(c = install_new_shm(cl->fd, ROLE_CLIENT, p, &cl->src, &cl->dst, proof_domain_of(cl->fd),
 	                       (fl & O_NONBLOCK) != 0)))
 		return -1;
 	/* from now on a fork decides every pending connection first (hs_fork_decide) */
@@ -371,7 +371,7 @@ static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
 	fd_add_flags(cl->fd, FDF_PENDING);
 	DBG("connect fd %d: offer pending", cl->fd);
 	/* a pending connection holds three descriptors: where they are short
-	 * (fdview.h, budget_small), decide now and keep one */
+	 * (fdtab.h, fd_budget_is_small), decide now and keep one */
 	if (fd_budget_is_small())
 		hs_resolve(cl->fd, c, 0);
 	conn_put(c);
@@ -393,7 +393,7 @@ static void pending_take(int fd, struct conn *c)
 	if (fl & O_NONBLOCK)            /* options and flags set meanwhile went to the TCP socket */
 		sys_fcntl(fd, F_SETFL, O_NONBLOCK);
 	atomic_store(&c->sh->nonblock, (fl & O_NONBLOCK) != 0);
-	conn_go_lean(c);
+	install_go_lean(c);
 	stats_slot_decide(totals, c->slot, MODE_SHM, R_NONE);
 	DBG("connect fd %d: shm through the inbox (ring tx %u rx %u)", fd, c->tx_size, c->rx_size);
 }
@@ -415,7 +415,7 @@ static int pending_connect(int fd, struct conn *c, long until)
 	c->direct = 0;
 	if (sys_connect(fd, &ss, l) == 0)
 		return 0;
-	if (errno != EINPROGRESS || wait_fd(fd, POLLOUT, until) < 0)
+	if (errno != EINPROGRESS || hs_msg_wait_fd(fd, POLLOUT, until) < 0)
 		return -1;
 	sys_getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
 	return err ? -1 : 0;
@@ -438,7 +438,7 @@ static void pending_fall_back(int fd, struct conn *c, int reason)
 		if (k > 0)
 			done += (uint64_t)k;
 		else if ((k < 0 && errno != EAGAIN && errno != EINTR) ||
-		         wait_fd(fd, POLLOUT, until) < 0)
+		         hs_msg_wait_fd(fd, POLLOUT, until) < 0)
 			break;  /* the connection is gone, or nobody reads: as TCP would lose it */
 	}
 	sys_close(c->bell_fd);
@@ -464,22 +464,22 @@ void hs_resolve(int fd, struct conn *c, size_t reading)
 	 * SO_RCVTIMEO (the decision comes within the handshake timeout) */
 	if (reading && !sockopt_may_have_timeouts(fd)) {
 		int interrupted;
-		w = offer_wait_reading(region_up(c->region),
+		w = inbox_offer_wait_reading(region_up(c->region),
 		                       reading < c->rx_size ? (uint32_t)reading : c->rx_size,
 		                       c->pending_until_ms, &interrupted);
 		if (interrupted && w == OFFER_TAKEN)
 			rx_note_interrupted();  /* for the read in the ring that follows */
 	} else {
-		w = offer_wait(region_up(c->region), c->pending_until_ms);
+		w = inbox_offer_wait(region_up(c->region), c->pending_until_ms);
 	}
-	sh_lock(&c->sh->tx_lock);       /* no pending write is half done */
+	shared_lock(&c->sh->tx_lock);       /* no pending write is half done */
 	if (w == OFFER_TAKEN)
 		pending_take(fd, c);
 	else
 		pending_fall_back(fd, c, offer_reason(w));
 	fd_set_flags(fd, fd_flags(fd) & ~FDF_PENDING);
 	atomic_store(&c->pending, PENDING_NONE);
-	sh_unlock(&c->sh->tx_lock);
+	shared_unlock(&c->sh->tx_lock);
 }
 
 void hs_resolve_fd(int fd)
@@ -537,8 +537,8 @@ static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t 
 	if (*rc == 0 && client_pending(cl, pair[0], &p) == 0)
 		return 0;
 	/* a connect that failed outright reached no server: nobody can take it */
-	w = *rc == 0 || timed_out ? offer_wait(region_up(p.region), mono_now_ms() + cfg.handshake_ms) :
-	    offer_withdraw(region_up(p.region));
+	w = *rc == 0 || timed_out ? inbox_offer_wait(region_up(p.region), mono_now_ms() + cfg.handshake_ms) :
+	    inbox_offer_withdraw(region_up(p.region));
 	ep_of_socket(cl->fd, 0, &cl->src);
 	if (w == OFFER_TAKEN) {
 		DBG("connect fd %d: shm through the inbox (ring tx %u rx %u)", cl->fd, p.up, p.down);
@@ -547,7 +547,7 @@ static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t 
 		return 0;
 	}
 	sys_close(pair[0]);
-	parts_free(&p);
+	install_parts_free(&p);
 	if (*rc == 0 || timed_out)
 		client_fallback(cl, offer_reason(w));
 	errno = e;
@@ -602,9 +602,9 @@ static int client_direct(struct client *cl)
 	if (client_pending(cl, pair[0], &p) == 0)
 		return 0;
 	/* no memory for the connection: a server that took it sees the pair hang up */
-	offer_withdraw(region_up(p.region));
+	inbox_offer_withdraw(region_up(p.region));
 	sys_close(pair[0]);
-	parts_free(&p);
+	install_parts_free(&p);
 	return -1;
 }
 

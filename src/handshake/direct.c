@@ -73,7 +73,7 @@ static void direct_refuse(const union clc_msg *m, int fds[OFFER_FDS])
 	if (m->accept.ring_size <= cfg.rx_max && m->accept.rx_max <= cfg.tx_size)
 		r = region_map(fds[OFFER_FD_REGION], m->accept.ring_size, m->accept.rx_max, &owner);
 	if (r) {
-		offer_decide(region_up(r), OFFER_DECLINED | (uint32_t)R_DIRECT_ENDED << 8);
+		inbox_offer_decide(region_up(r), OFFER_DECLINED | (uint32_t)R_DIRECT_ENDED << 8);
 		region_put(r, 0);
 	}
 	sys_close_all(fds, OFFER_FDS);
@@ -129,7 +129,7 @@ static void listener_go_direct_locked(int lfd)
 	    sys_getsockopt(lfd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) < 0 || tv.tv_sec || tv.tv_usec ||
 	    ep_of_socket(lfd, 0, &addr) < 0)
 		goto never;
-	if (!(id = inbox_direct_open(lfd, &addr, netns_cookie(lfd))))
+	if (!(id = inbox_direct_open(lfd, &addr, proof_netns_cookie(lfd))))
 		goto never;
 	if (listener_reregister(lfd, id) < 0) {
 		inbox_direct_close(lfd, direct_refuse);
@@ -152,7 +152,7 @@ never:
  * without TCP.  Only then, so a server of plain clients never pays the
  * poll() a direct accept() makes.
  */
-void listener_go_direct(int lfd)
+void direct_listener_go(int lfd)
 {
 	if ((fd_flags(lfd) & (FDF_LISTENING | FDF_DIRECT | FDF_NO_DIRECT)) != FDF_LISTENING)
 		return;

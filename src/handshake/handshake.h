@@ -81,7 +81,7 @@ struct conn;
  * A connection whose offer is still undecided (client.c, "pending"):
  * decide it now, waiting at most until the handshake timeout.  @reading:
  * the caller is a blocking read of that many bytes, which would wait for
- * the server's answer next anyway (offer_wait_reading); 0 otherwise.
+ * the server's answer next anyway (inbox_offer_wait_reading); 0 otherwise.
  */
 void hs_resolve(int fd, struct conn *c, size_t reading);
 /* The same for whatever @fd names, if it is pending. */

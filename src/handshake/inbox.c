@@ -347,7 +347,7 @@ int inbox_take(const struct ep *local, const struct ep *peer, union clc_msg *m,
 	return found >= 0 ? 0 : -1;
 }
 
-int offer_decide(struct ring_hdr *up, uint32_t state)
+int inbox_offer_decide(struct ring_hdr *up, uint32_t state)
 {
 	uint32_t w = atomic_load_explicit(&up->offer, memory_order_acquire);
 
@@ -467,7 +467,7 @@ static int decided(uint32_t w)
 	return w == OFFER_TAKEN || OFFER_STATE(w) == OFFER_DECLINED;
 }
 
-uint32_t offer_withdraw(struct ring_hdr *up)
+uint32_t inbox_offer_withdraw(struct ring_hdr *up)
 {
 	uint32_t w = atomic_load_explicit(&up->offer, memory_order_acquire);
 
@@ -487,7 +487,7 @@ static int offer_spin(struct ring_hdr *up, long deadline_ms, uint32_t *w)
 	       decided(*w = atomic_load_explicit(&up->offer, memory_order_acquire));
 }
 
-uint32_t offer_wait(struct ring_hdr *up, long deadline_ms)
+uint32_t inbox_offer_wait(struct ring_hdr *up, long deadline_ms)
 {
 	uint32_t w = OFFER_OPEN;
 
@@ -504,7 +504,7 @@ uint32_t offer_wait(struct ring_hdr *up, long deadline_ms)
 		if (decided(w))
 			return w;
 		if (left <= 0)
-			return offer_withdraw(up);
+			return inbox_offer_withdraw(up);
 		if (w == OFFER_OPEN_SLEEP) {
 			sys_futex_wait(&up->offer, OFFER_OPEN_SLEEP, &t);
 		} else {
@@ -515,7 +515,7 @@ uint32_t offer_wait(struct ring_hdr *up, long deadline_ms)
 	}
 }
 
-uint32_t offer_wait_reading(struct ring_hdr *up, uint32_t take, long deadline_ms,
+uint32_t inbox_offer_wait_reading(struct ring_hdr *up, uint32_t take, long deadline_ms,
                             int *interrupted)
 {
 	uint32_t w = OFFER_OPEN;
@@ -528,7 +528,7 @@ uint32_t offer_wait_reading(struct ring_hdr *up, uint32_t take, long deadline_ms
 	w = OFFER_OPEN;
 	if (!atomic_compare_exchange_strong(&up->offer, &w, OFFER_OPEN_READING)) {
 		atomic_store_explicit(&up->futex_take, 0, memory_order_seq_cst);
-		return decided(w) ? w : offer_wait(up, deadline_ms);
+		return decided(w) ? w : inbox_offer_wait(up, deadline_ms);
 	}
 	for (;;) {
 		uint32_t seq = atomic_load_explicit(&up->wake_seq, memory_order_seq_cst);
@@ -548,7 +548,7 @@ uint32_t offer_wait_reading(struct ring_hdr *up, uint32_t take, long deadline_ms
 	}
 	atomic_store_explicit(&up->futex_take, 0, memory_order_seq_cst);
 	if (decided(w) || *interrupted)
-		return decided(w) ? w : offer_wait(up, deadline_ms);
+		return decided(w) ? w : inbox_offer_wait(up, deadline_ms);
 	/* the deadline, or a word that is neither ours nor a decision (hostile) */
-	return w == OFFER_OPEN_READING ? offer_withdraw(up) : offer_wait(up, deadline_ms);
+	return w == OFFER_OPEN_READING ? inbox_offer_withdraw(up) : inbox_offer_wait(up, deadline_ms);
 }

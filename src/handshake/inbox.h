@@ -76,7 +76,7 @@ void inbox_direct_close(int lfd, void (*refuse)(const union clc_msg *m, int fds[
  * Decide an open offer: @state is OFFER_TAKEN or OFFER_DECLINED | reason << 8.
  * Returns 0 if the decision is ours, -1 if the client withdrew first.
  */
-int offer_decide(struct ring_hdr *up, uint32_t state);
+int inbox_offer_decide(struct ring_hdr *up, uint32_t state);
 
 /* ---- client ---- */
 
@@ -101,7 +101,7 @@ int inbox_send(const struct listener_info *li, uint64_t id, peerid via, const un
  * (then withdraw it).  Returns the final word: OFFER_TAKEN, OFFER_DECLINED |
  * reason, or OFFER_WITHDRAWN.
  */
-uint32_t offer_wait(struct ring_hdr *up, long deadline_ms);
+uint32_t inbox_offer_wait(struct ring_hdr *up, long deadline_ms);
 /*
  * The same for a client blocked in a read: after the spin it sleeps until
  * the server's first bytes (or a decline, or a close) rather than until the
@@ -110,10 +110,10 @@ uint32_t offer_wait(struct ring_hdr *up, long deadline_ms);
  * *@interrupted: a signal whose handler does not restart reads came (the
  * decision is then waited for without it).
  */
-uint32_t offer_wait_reading(struct ring_hdr *up, uint32_t take, long deadline_ms,
+uint32_t inbox_offer_wait_reading(struct ring_hdr *up, uint32_t take, long deadline_ms,
                             int *interrupted);
 /* Give up on the offer now; returns the decision if the server was first. */
-uint32_t offer_withdraw(struct ring_hdr *up);
+uint32_t inbox_offer_withdraw(struct ring_hdr *up);
 
 /* At start (runtime/init.c), before any handshake. */
 void inbox_init(void);

@@ -25,7 +25,7 @@ static void conn_listed(struct conn *c, int slot_fd, int role, const struct ep *
 
 /* A connection left on TCP: listed with its reason; SO_DOMAIN and the
  * rest are the real socket's own, so nothing else is looked up. */
-struct conn *conn_tcp(int fd, int role, int reason, const struct ep *l,
+struct conn *install_tcp(int fd, int role, int reason, const struct ep *l,
                              const struct ep *p)
 {
 	struct conn *c = conn_alloc(MODE_TCP);
@@ -39,12 +39,12 @@ struct conn *conn_tcp(int fd, int role, int reason, const struct ep *l,
 	return c;
 }
 
-void parts_free(struct shm_parts *p)
+void install_parts_free(struct shm_parts *p)
 {
 	if (p->region)
 		region_put(p->region, 0);
 	if (p->sh)
-		conn_shared_put(p->sh, 0);
+		shared_put(p->sh, 0);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -52,7 +52,7 @@ void parts_free(struct shm_parts *p)
  * A connection object for the shared memory in @p (taken over), not bound
  * yet; NULL (and @p left as it was) if there is no memory for one.
  */
-struct conn *conn_new_shm(int slot_fd, int role, struct shm_parts *p,
+struct conn *install_new_shm(int slot_fd, int role, struct shm_parts *p,
                                  const struct ep *l, const struct ep *r, int domain,
                                  int nonblock)
 {
@@ -87,12 +87,12 @@ struct conn *conn_new_shm(int slot_fd, int role, struct shm_parts *p,
 }
 
 /*
- * Under a small descriptor budget (fdview.h, budget_small), once @c is set
+ * Under a small descriptor budget (fdtab.h, fd_budget_is_small), once @c is set
  * up: close its hidden TCP socket (names from the handshake, options on a
  * socket made on demand, as for a direct connection) and the region
  * descriptor it keeps (no reuse, no exec handover for it).
  */
-void conn_go_lean(struct conn *c)
+void install_go_lean(struct conn *c)
 {
 	if (!fd_budget_is_small())
 		return;
@@ -116,19 +116,19 @@ void conn_go_lean(struct conn *c)
  * Bind the shared memory to @app_fd (the side connection's number from now
  * on) with @tcp_fd hidden beside it.
  */
-void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
+void install_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p,
                      const struct ep *l, const struct ep *r, int domain, int nonblock)
 {
 	int sndbuf = SIDE_SNDBUF;
 	struct conn *c;
 
 	sys_setsockopt(app_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
-	if (!(c = conn_new_shm(app_fd, role, p, l, r, domain, nonblock))) {
-		parts_free(p);  /* cannot happen in practice; keep the descriptor sane */
+	if (!(c = install_new_shm(app_fd, role, p, l, r, domain, nonblock))) {
+		install_parts_free(p);  /* cannot happen in practice; keep the descriptor sane */
 		return;
 	}
 	c->tcp_fd = tcp_fd;
-	conn_go_lean(c);
+	install_go_lean(c);
 	stats_slot_decide(totals, c->slot, MODE_SHM, R_NONE);
 	fd_bind_conn(c, app_fd);
 	conn_put(c);

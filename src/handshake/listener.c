@@ -91,7 +91,7 @@ int listener_register(int fd, const struct listener_offer *offer)
 		flags |= LISTEN_F_DEFER;
 	if (registry_unreachable)
 		flags |= LISTEN_F_UNREACHABLE;
-	lock = registry_listener_add(registry_fd, &e, netns_cookie(fd), flags, offer);
+	lock = registry_listener_add(registry_fd, &e, proof_netns_cookie(fd), flags, offer);
 	if (lock >= 0)
 		DBG("listen fd %d: registered port %u, inbox %llx", fd, e.port,
 		    (unsigned long long)offer->inbox);
@@ -110,13 +110,13 @@ void hs_listen(int fd)
 	 * rendezvous through (out of descriptors) could not take a client:
 	 * unannounced, its clients use TCP at once instead of waiting.
 	 */
-	if (!offer.inbox && answer_sock_get() < 0)
+	if (!offer.inbox && server_answer_sock() < 0)
 		return;
 	lock = listener_register(fd, &offer);
 	if (lock < 0)
 		return;
 	fd_set_listen_lock(fd, lock);
-	if (!(f & FDF_KNOWN) && domain_of(fd) == AF_INET6)
+	if (!(f & FDF_KNOWN) && proof_domain_of(fd) == AF_INET6)
 		f |= FDF_INET6;         /* inherited: asked once, here */
 	if (!(f & FDF_KNOWN))
 		f |= FDF_TIMEOUTS;      /* and whatever options it came with, not known */

@@ -10,7 +10,7 @@
 #include <errno.h>
 #include <poll.h>
 
-int wait_fd(int fd, short events, long deadline)
+int hs_msg_wait_fd(int fd, short events, long deadline)
 {
 	if (deadline > mono_now_ms() && spin_poll(fd, events))
 		return 0;
@@ -42,12 +42,12 @@ int hs_msg_send(int s, const union clc_msg *m, const int *fds, int nfds)
 int hs_msg_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m,
                     int *fds, int want, long deadline)
 {
-	if (wait_fd(s, POLLIN, deadline) < 0)
+	if (hs_msg_wait_fd(s, POLLIN, deadline) < 0)
 		return -1;
 	return clc_recv(s, type, nonce, m, fds, want);
 }
 
-void decline_init(union clc_msg *m, uint64_t nonce, int reason)
+void hs_msg_decline_init(union clc_msg *m, uint64_t nonce, int reason)
 {
 	clc_init(m, CLC_DECLINE, nonce);
 	m->decline.reason = (uint32_t)reason;

@@ -17,7 +17,7 @@
 #include <netinet/in.h>
 #include <string.h>
 
-uint64_t netns_cookie(int fd)
+uint64_t proof_netns_cookie(int fd)
 {
 	uint64_t c = 0;
 	socklen_t l = sizeof(c);
@@ -26,7 +26,7 @@ uint64_t netns_cookie(int fd)
 	return c;
 }
 
-int sock_is_tcp(int fd)
+int proof_sock_is_tcp(int fd)
 {
 	int v = 0;
 	socklen_t l = sizeof(v);
@@ -35,7 +35,7 @@ int sock_is_tcp(int fd)
 }
 
 /* Is @dst an address of our own network namespace? */
-int dst_is_local(const struct ep *dst)
+int proof_dst_is_local(const struct ep *dst)
 {
 	struct sockaddr_in6 s = { .sin6_family = AF_INET6 };
 	struct sockaddr_in s4 = { .sin_family = AF_INET };
@@ -53,7 +53,7 @@ int dst_is_local(const struct ep *dst)
 }
 
 /* io_uring bypasses libc: such a process cannot be served through shared memory. */
-int io_uring_in_use(void)
+int proof_io_uring_in_use(void)
 {
 	static _Atomic long checked_at = -1000;
 	static _Atomic int found;
@@ -82,7 +82,7 @@ int io_uring_in_use(void)
 
 /* What the socket was created as: known without a system call for the
  * sockets socket() and accept() made here (FDF_INET6). */
-int domain_of(int fd)
+int proof_domain_of(int fd)
 {
 	uint16_t f = fd_flags(fd);
 	int v = AF_INET;
@@ -103,7 +103,7 @@ int domain_of(int fd)
  * 0: a process in a PID namespace we cannot see (another container's) -
  * allowed all the same, the pid only serves to recognise it (peerid.h).
  */
-pid_t peer_pid_allowed(int s)
+pid_t proof_peer_pid_allowed(int s)
 {
 	struct ucred cr;
 	socklen_t l = sizeof(cr);
@@ -117,9 +117,9 @@ pid_t peer_pid_allowed(int s)
 /* The rest of the proof once the addresses of @theirs are known to mirror ours. */
 int proof_same_host(const struct ep *local, uint64_t netns, int theirs)
 {
-	if (!sock_is_tcp(theirs))
+	if (!proof_sock_is_tcp(theirs))
 		return 0;
-	if (netns_cookie(theirs) == netns)
+	if (proof_netns_cookie(theirs) == netns)
 		return 1;
 	return cfg.cross_netns && !ep_is_loopback(local);
 }

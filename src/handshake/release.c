@@ -47,7 +47,7 @@ static int release_peer_crashed(struct conn *c, int fd)
 	if (region_mine(c->region) ||
 	    atomic_load_explicit(&c->rx->flags, memory_order_acquire) & RING_F_CLOSED)
 		return 0;
-	return (peer_hangup_flags(c, fd) & SH_PEER_GONE) != 0;
+	return (bell_hangup_flags(c, fd) & SH_PEER_GONE) != 0;
 }
 
 /* A client tells payoff.c how much this connection carried. */
@@ -74,7 +74,7 @@ static void release_last_holder(struct conn *c, int fd)
 	if (c->mode == MODE_SHM) {
 		last = atomic_fetch_sub(&c->sh->holders, 1) == 1;
 		if (last) {
-			conn_publish_close(c, 0);
+			close_publish(c, 0);
 			release_record_payoff(c);
 		}
 		c->reusable = last && !release_peer_crashed(c, fd);
@@ -96,13 +96,13 @@ void hs_release_fd(int fd)
 	if (c->bell_fd >= 0) {
 		/* still undecided, and the descriptor was closed behind our back
 		 * (close_range): withdraw; a server that took it sees the pair hang up */
-		offer_withdraw(c->tx);
+		inbox_offer_withdraw(c->tx);
 		sys_close(c->bell_fd);
 		c->bell_fd = -1;
 		atomic_store(&c->pending, PENDING_NONE);
 	}
 	if (c->fd_count == 0) {
-		io_release_mine(c);     /* a claim or peek of ours would lock us out */
+		close_release_holds(c);     /* a claim or peek of ours would lock us out */
 		release_last_holder(c, fd);
 	}
 	conn_put(c);
@@ -124,7 +124,7 @@ void hs_release_for_exec(int fd, int leave)
 
 		if (c && c->fd_count == 0 && c->mode == MODE_SHM &&
 		    atomic_fetch_sub(&c->sh->holders, 1) == 1)
-			conn_publish_close(c, 1);
+			close_publish(c, 1);
 		if (c)
 			conn_put(c);
 	}

@@ -15,7 +15,7 @@
 /* One unbound datagram socket per process sends every ACCEPT and DECLINE. */
 static _Atomic int answer_sock = -1;
 
-int answer_sock_get(void)
+int server_answer_sock(void)
 {
 	int s = atomic_load(&answer_sock), mine, none = -1;
 
@@ -35,7 +35,7 @@ int answer_sock_get(void)
 static int server_send(struct server *sv, const union clc_msg *m, const int *fds, int nfds)
 {
 	struct clc_out o;
-	int s = answer_sock_get();
+	int s = server_answer_sock();
 
 	if (s < 0)
 		return -1;
@@ -45,7 +45,7 @@ static int server_send(struct server *sv, const union clc_msg *m, const int *fds
 
 int server_precheck(void)
 {
-	if (io_uring_in_use())
+	if (proof_io_uring_in_use())
 		return R_IO_URING;
 	if (conn_count() >= cfg.max_conns)
 		return R_MAX_BUFFERS;
@@ -61,7 +61,7 @@ static int server_offer(struct server *sv, struct shm_parts *p)
 	union clc_msg m;
 	int pair[2], fds[2], rc;
 
-	if (!(p->sh = conn_shared_new()))
+	if (!(p->sh = shared_new()))
 		return R_NO_MEMORY;
 	if (sys_socketpair(AF_UNIX, type, 0, pair) < 0)
 		return R_HANDSHAKE_ERROR;
@@ -133,7 +133,7 @@ static int server_wait_confirm(struct server *sv, struct shm_parts *p)
 static int server_fallback(struct server *sv, int reason)
 {
 	DBG("accept fd %d: tcp (%s)", sv->fd, reason_text(reason));
-	conn_tcp(sv->fd, ROLE_SERVER, reason, &sv->local, &sv->peer);
+	install_tcp(sv->fd, ROLE_SERVER, reason, &sv->local, &sv->peer);
 	return sv->fd;
 }
 
@@ -142,7 +142,7 @@ static int server_decline(struct server *sv, int reason)
 {
 	union clc_msg m;
 
-	decline_init(&m, 0, reason);
+	hs_msg_decline_init(&m, 0, reason);
 	server_send(sv, &m, NULL, 0);
 	return server_fallback(sv, reason);
 }
@@ -155,7 +155,7 @@ static int server_decline(struct server *sv, int reason)
 static int server_install(struct server *sv, struct shm_parts *p)
 {
 	int model = sv->direct ? sv->lfd : sv->fd, tcp = -1;
-	int domain = domain_of(model);
+	int domain = proof_domain_of(model);
 
 	DBG("accept fd %d: shm (ring tx %u rx %u)%s", sv->s, p->down, p->up,
 	    sv->direct ? " without TCP" : "");
@@ -167,7 +167,7 @@ static int server_install(struct server *sv, struct shm_parts *p)
 		fd_set_flags(sv->fd, 0);
 		tcp = io_keep_fd(sv->fd);
 	}
-	conn_shm(sv->s, tcp, ROLE_SERVER, p, &sv->local, &sv->peer, domain,
+	install_shm(sv->s, tcp, ROLE_SERVER, p, &sv->local, &sv->peer, domain,
 	         (sv->flags & SOCK_NONBLOCK) != 0);
 	return sv->s;
 }
@@ -186,7 +186,7 @@ static int server_handshake(struct server *sv)
 	if (reason != R_NONE) {
 		if (sv->s >= 0)
 			sys_close(sv->s);
-		parts_free(&parts);
+		install_parts_free(&parts);
 		return server_fallback(sv, reason);
 	}
 	return server_install(sv, &parts);
@@ -198,7 +198,7 @@ static int server_handshake(struct server *sv)
  * is the peer's) in our namespace, and a destination our listener covers. */
 static int proof_direct(struct server *sv, int theirs)
 {
-	return sock_is_tcp(theirs) && netns_cookie(theirs) == sv->netns &&
+	return proof_sock_is_tcp(theirs) && proof_netns_cookie(theirs) == sv->netns &&
 	       ep_of_socket(theirs, 0, &sv->peer) == 0 && sv->peer.port != 0 &&
 	       sv->local.port == sv->listen_addr.port && ep_covers(&sv->listen_addr, &sv->local, 0);
 }
@@ -215,7 +215,7 @@ static int offer_pair_check(int s, struct region *r)
 	l = sizeof(v);
 	if (sys_getsockopt(s, SOL_SOCKET, SO_TYPE, &v, &l) < 0 || v != SOCK_SEQPACKET)
 		return R_HANDSHAKE_ERROR;
-	if ((maker = peer_pid_allowed(s)) < 0)
+	if ((maker = proof_peer_pid_allowed(s)) < 0)
 		return R_DIFF_USER;
 	region_note_maker(r, maker);    /* the client made the pair, as the region */
 	return R_NONE;
@@ -247,7 +247,7 @@ static int offer_check(struct server *sv, const union clc_msg *m, const int fds[
 	if (!(sv->direct ? proof_direct(sv, fds[OFFER_FD_TCP]) :
 	      proof_same_host(&sv->local, sv->netns, fds[OFFER_FD_TCP])))
 		return R_PROOF_FAILED;
-	if (!(p->sh = conn_shared_new()))
+	if (!(p->sh = shared_new()))
 		return R_NO_MEMORY;
 	return R_NONE;
 }
@@ -258,16 +258,16 @@ int server_take_offer(struct server *sv, const union clc_msg *m, int fds[OFFER_F
 	int reason;
 
 	if (!sv->direct)
-		sv->netns = netns_cookie(sv->fd);
+		sv->netns = proof_netns_cookie(sv->fd);
 	reason = offer_check(sv, m, fds, &p);
-	if (p.region && offer_decide(region_up(p.region), reason == R_NONE ? OFFER_TAKEN :
+	if (p.region && inbox_offer_decide(region_up(p.region), reason == R_NONE ? OFFER_TAKEN :
 	                             OFFER_DECLINED | (uint32_t)reason << 8) < 0)
 		reason = R_PEER_WITHDREW;       /* the client gave up first */
 	sys_close(fds[OFFER_FD_TCP]);
 	sys_close(fds[OFFER_FD_REGION]);
 	if (reason != R_NONE) {
 		sys_close(fds[OFFER_FD_PAIR]);
-		parts_free(&p);
+		install_parts_free(&p);
 		/* a direct offer leaves no connection behind: the client connects over TCP */
 		return sv->direct ? -1 : server_fallback(sv, reason);
 	}
@@ -318,7 +318,7 @@ int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t
 			 * decline: its TCP connection would reach us without an offer,
 			 * and the reason would read peer-no-smclo here */
 			if (sv.s >= 0)
-				listener_go_direct(lfd);
+				direct_listener_go(lfd);
 			return rc;
 		}
 	}
@@ -328,7 +328,7 @@ int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t
 	sv.rendezvous = registry_rendezvous_open(registry_fd, sv.key, &owner);
 	if (sv.rendezvous < 0)
 		return server_fallback(&sv, R_PEER_NO_SMCLO);
-	sv.netns = netns_cookie(fd);
+	sv.netns = proof_netns_cookie(fd);
 	/* our TCP socket goes there: only to a user we may attach to */
 	rc = config_uid_allowed(&cfg, owner) ? server_handshake(&sv) :
 	     server_decline(&sv, R_DIFF_USER);

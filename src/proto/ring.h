@@ -58,7 +58,7 @@ struct ring_hdr {
 	_Atomic uint32_t spin_take;         /* owner is spinning in a blocking read that
 	                                       takes up to this many bytes (0: not) */
 	_Atomic uint32_t watchers;          /* owner's epoll waits watching this ring:
-	                                       they report new bytes themselves (watch.c) */
+	                                       they report new bytes themselves (epoll_watch.c) */
 	_Atomic uint32_t sleepers;          /* owner's waits asleep in the kernel on the
 	                                       doorbell socket: they need a doorbell */
 	_Atomic uint32_t futex_take;        /* owner sleeps on wake_seq in a read that

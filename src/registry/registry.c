@@ -878,6 +878,6 @@ int registry_attach(const char *dir, int is_default, int (*keep)(int fd), char *
 void registry_detach(void)
 {
 	if (registry_fd >= 0)
-		close(registry_fd);
+		sys_close(registry_fd);         /* the library's own: not through its close() */
 	registry_fd = -1;
 }

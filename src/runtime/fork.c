@@ -37,7 +37,7 @@ static void runtime_fork_lock_layers(void)
 	hs_fork_lock();                 /* handshake: direct.c's, inbox.c's */
 	conn_fork_lock();               /* core: connection objects */
 	region_fork_lock();             /* core: regions */
-	conn_shared_fork_lock();        /* core: shared-state chunks */
+	shared_fork_lock();        /* core: shared-state chunks */
 	registry_fork_lock();           /* registry: lookups */
 	stats_fork_lock();              /* registry: this process's table */
 }
@@ -46,7 +46,7 @@ static void runtime_fork_unlock_layers(void)
 {
 	stats_fork_unlock();
 	registry_fork_unlock();
-	conn_shared_fork_unlock();
+	shared_fork_unlock();
 	region_fork_unlock();
 	conn_fork_unlock();
 	hs_fork_unlock();

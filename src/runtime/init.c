@@ -77,6 +77,8 @@ static int runtime_start_registry(char *err, size_t len)
 static void runtime_stop_registry(void)
 {
 	stats_detach_totals();
+	if (registry_fd >= 0)
+		fd_forget_ours(registry_fd);    /* the number is free for the program again */
 	registry_detach();
 }
 

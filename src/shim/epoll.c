@@ -10,7 +10,7 @@
 #include <sys/epoll.h>
 #include <time.h>
 
-/* ---- epoll (watch.c) ---------------------------------------------------- */
+/* ---- epoll (epoll_watch.c) ---------------------------------------------------- */
 
 EXPORT int epoll_create(int size)
 {
@@ -73,7 +73,7 @@ EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 }
 
 /*
- * The three epoll waits share one shape: watch.c answers (>= 0), or says the
+ * The three epoll waits share one shape: epoll_watch.c answers (>= 0), or says the
  * set is not ours, or to sleep in the kernel and show it what woke us: when
  * that was only stale doorbells, the wait goes on for what is left of the
  * timeout.

@@ -17,7 +17,7 @@ static ssize_t recv_iov(struct conn *c, int fd, const struct iovec *iov, int n, 
 	ssize_t r = rx_recv(c, fd, iov, n, flags);
 
 	conn_put(c);
-	return r;
+	return shim_ret(r);
 }
 
 EXPORT ssize_t read(int fd, void *buf, size_t n)
@@ -128,7 +128,7 @@ static ssize_t send_iov(struct conn *c, int fd, const struct iovec *iov, int n, 
 	ssize_t r = tx_send(c, fd, iov, n, flags);
 
 	conn_put(c);
-	return r;
+	return shim_ret(r);
 }
 
 /*
@@ -226,7 +226,7 @@ EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t count)
 		return real_sendfile(out, in, off, count);
 	r = tx_sendfile(c, out, in, off, count);
 	conn_put(c);
-	return r;
+	return shim_ret(r);
 }
 
 EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t count)
@@ -250,6 +250,8 @@ static ssize_t splice_out_of(struct conn *c, int fd, int out, size_t len, unsign
 	if (got <= 0)
 		return got;
 	put = sys_write(out, buf, (size_t)got);
+	if (put < 0)
+		return -errno;
 	if (put > 0) {
 		iov.iov_len = (size_t)put;
 		rx_recv(c, fd, &iov, 1, MSG_DONTWAIT);   /* the bytes are there: no wait */
@@ -267,7 +269,7 @@ EXPORT ssize_t splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t l
 	if ((c = shim_conn(out)) != NULL) {
 		r = tx_sendfile(c, out, in, (off_t *)off_in, len);
 		conn_put(c);
-		return r;
+		return shim_ret(r);
 	}
 	if ((c = shim_conn(in)) != NULL) {
 		if (off_in) {
@@ -277,7 +279,7 @@ EXPORT ssize_t splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t l
 		}
 		r = splice_out_of(c, in, out, len, flags);
 		conn_put(c);
-		return r;
+		return shim_ret(r);
 	}
 	return real_splice(in, off_in, out, off_out, len, flags);
 }

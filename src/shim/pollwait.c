@@ -3,7 +3,7 @@
  *
  * The kernel answers for every descriptor; what it cannot know about is bytes
  * that reached a ring without a doorbell.  That happens while an epoll set of
- * this process watches the ring (watch.c), and such bytes stay unread when a
+ * this process watches the ring (epoll_watch.c), and such bytes stay unread when a
  * program reads part of them and then turns to poll().  So a poll first looks
  * at the rings of the accelerated descriptors it asks to read; before it
  * sleeps it counts itself among each ring's sleepers (writers always ring for

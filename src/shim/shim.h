@@ -51,6 +51,18 @@ static inline struct conn *shim_conn(int fd)
 /* close.c: what smclo knew of @fd, forgotten as it closes (close, dup2 over it). */
 void shim_forget_fd(int fd);
 
+/*
+ * The libc boundary: inside the library a failure is -errno (liburing's
+ * convention); a wrapper returns -1 with errno set, as the call it stands for.
+ */
+static inline ssize_t shim_ret(ssize_t r)
+{
+	if (r >= 0)
+		return r;
+	errno = (int)-r;
+	return -1;
+}
+
 /* A wait's timeout in ms (-1: none), as poll() takes it. */
 static inline int shim_timespec_ms(const struct timespec *ts)
 {

@@ -158,9 +158,9 @@ EXPORT int shutdown(int fd, int how)
 
 	if (!c)
 		return real_shutdown(fd, how);
-	rc = conn_shutdown(c, fd, how);
+	rc = close_shutdown(c, fd, how);
 	conn_put(c);
-	return rc;
+	return (int)shim_ret(rc);
 }
 
 /* ---- identity ----------------------------------------------------------- */

@@ -245,7 +245,7 @@ static int apply_op(const struct fa_op *op)
 		return fchdir(op->fd) < 0 ? errno : 0;
 	case FA_CLOSEFROM:
 		/* through us: connections leave this process, smclo's own
-		 * descriptors stay for the exec's hand-over (preload.c) */
+		 * descriptors stay for the exec's hand-over (handover/handover.c) */
 		closefrom(op->fd);
 		return 0;
 	}

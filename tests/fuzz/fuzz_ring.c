@@ -74,18 +74,18 @@
 
 /* ---- stand-ins for the rest of the library ---- */
 
-void conn_mark_broken(struct conn *c)         /* close.c */
+void close_mark_broken(struct conn *c)         /* close.c */
 {
 	atomic_fetch_or(&c->sh->flags, SH_BROKEN);
 }
 
-void sh_lock(pthread_mutex_t *m)              /* conn.c */
+void shared_lock(pthread_mutex_t *m)              /* conn.c */
 {
 	if (pthread_mutex_lock(m) == EOWNERDEAD)
 		pthread_mutex_consistent(m);
 }
 
-void sh_unlock(pthread_mutex_t *m)
+void shared_unlock(pthread_mutex_t *m)
 {
 	pthread_mutex_unlock(m);
 }
@@ -305,7 +305,7 @@ static void step_read(struct world *w, struct in *in)
 		FUZZ_CHECK(at_pos(w, how & 1 ? start : model_after(w, start, (size_t)r, prod)));
 		(void)end;
 	} else if (r < 0) {
-		FUZZ_CHECK(errno == EAGAIN || errno == ECONNRESET || (flags & MSG_OOB));
+		FUZZ_CHECK(r == -EAGAIN || r == -ECONNRESET || (flags & MSG_OOB));
 		FUZZ_CHECK(at_pos(w, start));
 	} else {
 		FUZZ_CHECK(at_pos(w, start));
@@ -344,7 +344,7 @@ static void step_write(struct world *w, struct in *in)
 	} else {
 		FUZZ_CHECK(w->sh.prod == start);
 		if (r < 0)
-			FUZZ_CHECK(errno == EAGAIN || errno == ECONNRESET || errno == EPIPE || oob);
+			FUZZ_CHECK(r == -EAGAIN || r == -ECONNRESET || r == -EPIPE || oob);
 	}
 	free(buf);
 }

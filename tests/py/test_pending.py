@@ -60,7 +60,7 @@ def test_bytes_written_while_undecided(reg, procs, how):
 
 
 # A client that writes, then blocks in recv while its offer is undecided: the
-# read sleeps until the server's answer (client.c, offer_wait_reading).
+# read sleeps until the server's answer (client.c, inbox_offer_wait_reading).
 READER = r"""
 import signal, socket, sys, time
 c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))

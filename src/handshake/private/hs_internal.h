@@ -23,16 +23,16 @@
 
 /* ---- proof.c ------------------------------------------------------------ */
 
-uint64_t netns_cookie(int fd);
-int sock_is_tcp(int fd);
+uint64_t proof_netns_cookie(int fd);
+int proof_sock_is_tcp(int fd);
 /* Is @dst an address of this host (of our network namespace)? */
-int dst_is_local(const struct ep *dst);
+int proof_dst_is_local(const struct ep *dst);
 /* io_uring bypasses libc: such a process cannot be served through shared memory. */
-int io_uring_in_use(void);
+int proof_io_uring_in_use(void);
 /* What socket @fd was created as: AF_INET, AF_INET6 or AF_SMC. */
-int domain_of(int fd);
+int proof_domain_of(int fd);
 /* The process that made socket pair @s, if its user may attach; else -1. */
-pid_t peer_pid_allowed(int s);
+pid_t proof_peer_pid_allowed(int s);
 /* Is @theirs the other end of our TCP connection @local -> @peer in @netns? */
 int proof_ok(const struct ep *local, const struct ep *peer, uint64_t netns, int theirs);
 /* The rest of the proof once the addresses of @theirs are known to mirror ours. */
@@ -41,12 +41,12 @@ int proof_same_host(const struct ep *local, uint64_t netns, int theirs);
 /* ---- messages.c --------------------------------------------------------- */
 
 /* Wait until @fd has @events, or @deadline (mono_now_ms) passes: 0 or -1. */
-int wait_fd(int fd, short events, long deadline);
+int hs_msg_wait_fd(int fd, short events, long deadline);
 int hs_msg_send(int s, const union clc_msg *m, const int *fds, int nfds);
 /* clc_recv(), waiting until @deadline for the message to arrive. */
 int hs_msg_recv(int s, enum clc_type type, uint64_t nonce, union clc_msg *m, int *fds, int want,
                 long deadline);
-void decline_init(union clc_msg *m, uint64_t nonce, int reason);
+void hs_msg_decline_init(union clc_msg *m, uint64_t nonce, int reason);
 
 /* ---- install.c ---------------------------------------------------------- */
 
@@ -60,15 +60,15 @@ struct shm_parts {
 };
 
 /* A connection left on TCP, bound to @fd: listed with its reason. */
-struct conn *conn_tcp(int fd, int role, int reason, const struct ep *l, const struct ep *p);
-void parts_free(struct shm_parts *p);
+struct conn *install_tcp(int fd, int role, int reason, const struct ep *l, const struct ep *p);
+void install_parts_free(struct shm_parts *p);
 /* A shared-memory connection made of @p (which it takes), not yet bound. */
-struct conn *conn_new_shm(int slot_fd, int role, struct shm_parts *p, const struct ep *l,
+struct conn *install_new_shm(int slot_fd, int role, struct shm_parts *p, const struct ep *l,
                           const struct ep *r, int domain, int nonblock);
 /* Under a small descriptor budget: drop what a connection can do without. */
-void conn_go_lean(struct conn *c);
+void install_go_lean(struct conn *c);
 /* A shared-memory connection made of @p, bound to @app_fd. */
-void conn_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p, const struct ep *l,
+void install_shm(int app_fd, int tcp_fd, int role, struct shm_parts *p, const struct ep *l,
               const struct ep *r, int domain, int nonblock);
 
 /* ---- server.c ----------------------------------------------------------- */
@@ -88,7 +88,7 @@ struct server {
 };
 
 /* The process's one socket that sends every ACCEPT and DECLINE, or -1. */
-int answer_sock_get(void);
+int server_answer_sock(void);
 /* Reasons not to try at all; R_NONE means go ahead. */
 int server_precheck(void);
 int server_take_offer(struct server *sv, const union clc_msg *m, int fds[OFFER_FDS]);
@@ -96,7 +96,7 @@ int server_take_offer(struct server *sv, const union clc_msg *m, int fds[OFFER_F
 /* ---- direct.c ----------------------------------------------------------- */
 
 /* After listener @lfd took an smclo client's offer: the next may come without TCP. */
-void listener_go_direct(int lfd);
+void direct_listener_go(int lfd);
 /* Listener @fd is closed: offers queued at its direct inbox go back to TCP. */
 void direct_listener_closed(int fd);
 
