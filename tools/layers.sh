@@ -8,6 +8,8 @@
 #                                    directory and private/, its extra
 #                                    directories, every layer it reaches
 #   tools/layers.sh layer FILE       the layer of src/LAYER/... FILE
+#   tools/layers.sh check-doc        docs/design.md's table of layers says
+#                                    what src/LAYERS says (tools/lint.sh)
 #
 # Paths are relative to the project's root unless ROOT is set.
 set -eu
@@ -42,6 +44,21 @@ layer)
 	awk -v l="$l" '!/^#/ && $1 == l { found = 1 } END { exit !found }' "$map" ||
 		{ echo "layers.sh: $2 is in no layer of src/LAYERS" >&2; exit 2; }
 	echo "$l" ;;
+check-doc)
+	# the table's rows: | layer | `src/dir/` | what it holds | calls directly |
+	awk -F'|' '
+		FILENAME == ARGV[1] { if (/^#/ || !(n = split($0, f, " "))) next
+		                      calls = ""; for (i = 2; i <= n; i++) if (substr(f[i], 1, 1) != "/") calls = calls " " f[i]
+		                      want[f[1]] = calls; next }
+		FILENAME != ARGV[1] && $3 ~ /`src\/[a-z]+\/`/ {
+			l = $2; gsub(/ /, "", l); c = $5; sub(/\(.*/, "", c); gsub(/,/, " ", c)
+			if (c ~ /libc only/) c = ""
+			n = split(c, w, " "); got = ""; for (i = 1; i <= n; i++) got = got " " w[i]
+			seen[l] = 1
+			if (!(l in want) || want[l] != got) { print "docs/design.md: layer " l " calls" got ", src/LAYERS says" want[l]; bad = 1 }
+		}
+		END { for (l in want) if (!seen[l]) { print "docs/design.md: no row for layer " l; bad = 1 }; exit bad }
+	' "$map" "$root/docs/design.md" ;;
 *)
-	echo "usage: layers.sh order | includes LAYER | layer FILE" >&2; exit 2 ;;
+	echo "usage: layers.sh order | includes LAYER | layer FILE | check-doc" >&2; exit 2 ;;
 esac

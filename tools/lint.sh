@@ -37,6 +37,13 @@ trap 'rm -rf "$out"' EXIT INT TERM
 
 files=$(find src -name '*.c' | sort)
 
+# the one layer map: design.md's table must say what src/LAYERS says
+tools/layers.sh check-doc >"$out/layers.txt" 2>&1 || {
+	cat "$out/layers.txt" >&2
+	echo "lint: docs/design.md's layers disagree with src/LAYERS" >&2
+	exit 1
+}
+
 # cppcheck: one configuration (-D_GNU_SOURCE, as built), whole program (no
 # -j, so the cross-file checks run), POSIX and GNU function knowledge.
 # Exit status 2 only when cppcheck itself could not run.

@@ -2,7 +2,7 @@
 system call beyond its own.  The registry counts the offers clients send,
 so a server whose inbox was empty reads it again only when that count has
 moved (inbox.c), the peer's address comes with the accept itself
-(preload.c) and its own is not asked (server.c, hs_accept) - yet an smclo client arriving later is still accelerated
+(shim/socket.c) and its own is not asked (server.c, hs_accept) - yet an smclo client arriving later is still accelerated
 through the inbox."""
 import os
 import subprocess

@@ -1,5 +1,5 @@
 """fork() while other threads are inside smclo (connecting, closing): the
-child must be able to connect at once (forkguard.h), never hang on a lock
+child must be able to connect at once (runtime/fork.c), never hang on a lock
 another thread held at the moment of the fork."""
 import os
 

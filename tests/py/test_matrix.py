@@ -80,9 +80,9 @@ PATHS = ("direct", "inbox", "rendezvous", "tcp")
 #     fork-late, fork-epoll, exec-*, test_kill[fork-*]
 #   exec/posix_spawn/system of a handler with the connection on stdin/stdout
 #     (EOF after 0 bytes): exec-python, exec-cat, exec-midstream, spawn-cat,
-#     subprocess-cat, system-cat (fixed by the exec handover, src/exec.c)
+#     subprocess-cat, system-cat (fixed by the exec handover, src/shim/exec.c)
 #   SCM_RIGHTS passing: scm-keep, scm-close, scm-exec, scm-midstream (fixed by
-#     the SCM_RIGHTS handover, src/passfd.c), and client-fdpass, which still
+#     the SCM_RIGHTS handover, src/handover/passfd.c), and client-fdpass, which still
 #     fails: a sender that exits right after sendmsg() loses the connection
 #     (handover-lost) - not marked, as it is not among the known bugs
 #   a SIGKILL'd peer not noticed by a POLLOUT writer: test_kill[*-*-out*]
@@ -99,7 +99,7 @@ BUGS = {}
 # * fork-early/-late/exec-*: each child closes its copy of the listener, so its
 #   entry dies with it and the parent stays the single, direct acceptor.
 # * spawn-helper: posix_spawn while the process holds an accelerated connection
-#   is a vfork and our exec (src/spawn.c), as subprocess's vfork: no fork
+#   is a vfork and our exec (src/shim/spawn.c), as subprocess's vfork: no fork
 #   handler adds an entry for the inherited listener, so it stays the
 #   process's own: direct.
 # * setuid: nobody cannot use root's registry (0700): before the uid changes the
@@ -112,10 +112,10 @@ BUGS = {}
 # * exec-closeall, exec-closerange: an inetd child closing every descriptor above
 #   2 before exec would take smclo's own (the connection's state, region and
 #   TCP socket) and the hand-over would find them gone; close(), close_range()
-#   and closefrom() keep smclo's own descriptors (fd_is_ours, src/fdtab.h).
+#   and closefrom() keep smclo's own descriptors (fd_is_ours, src/fd/fdtab.h).
 # * daemon-*: a daemon that closes every descriptor would close smclo's
 #   registry descriptor too; close(), close_range() and closefrom() keep that
-#   one (src/preload.c), so it is expected as for `accept`.
+#   one (src/shim/socket.c), so it is expected as for `accept`.
 # * client-fdpass (a client pattern, against `accept`): ssh's ProxyUseFdpass - a
 #   helper connects, passes the socket to the client with SCM_RIGHTS and exits.
 #   Counted as for `accept` (the helper's smclo makes the connections).

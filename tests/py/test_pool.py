@@ -1,4 +1,4 @@
-"""Buffer pools of the native API (include/smclo.h, src/pool.c) on every
+"""Buffer pools of the native API (include/smclo.h, src/api/pool.c) on every
 kind of connection.
 
 tests/progs/pool_peer.c holds the scenarios (the server checks every byte at

@@ -1,5 +1,5 @@
 """An epoll set watches its rings while its event loop is awake, and writers
-skip doorbells meanwhile (watch.c).  These check that readiness stays exact
+skip doorbells meanwhile (epoll_watch.c).  These check that readiness stays exact
 around that: level- and edge-triggered epoll, a partial read followed by
 select or poll, and a blocking reader in another thread that must still be
 woken while the loop thread watches the same descriptor."""
@@ -165,7 +165,7 @@ print("late", late, flush=True)
 
 # redis-benchmark's shape: each request registers the descriptor for writing,
 # drops it, registers it for reading, drops it again.  A DEL of an accelerated
-# descriptor parks its kernel registration (watch.c); to the program it must
+# descriptor parks its kernel registration (epoll_watch.c); to the program it must
 # look exactly like a DEL.
 PARKED = CLIENT_COMMON + r"""
 c = socket.create_connection(("127.0.0.1", port)); c.setblocking(False)
