@@ -14,12 +14,19 @@
 #include <stdint.h>
 #include <time.h>
 #include <sys/socket.h>
+#include <errno.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 static inline int sys_close(int fd)
 {
 	return (int)syscall(SYS_close, fd);
+}
+
+/* A raw call's result in the library's own convention: the value, or -errno. */
+static inline long sys_result(long r)
+{
+	return r < 0 ? -errno : r;
 }
 
 static inline ssize_t sys_read(int fd, void *b, size_t n)

@@ -31,10 +31,8 @@
 
 static int put_int(void *val, socklen_t *len, int v)
 {
-	if (!val || !len || *len < sizeof(int)) {
-		errno = EINVAL;
-		return -1;
-	}
+	if (!val || !len || *len < sizeof(int))
+		return -EINVAL;
 	memcpy(val, &v, sizeof(int));
 	*len = sizeof(int);
 	return 0;
@@ -73,18 +71,18 @@ int sockopt_get(struct conn *c, int fd, int level, int opt, void *val, socklen_t
 			return put_int(val, len, c->domain);
 		case SO_RCVTIMEO:
 		case SO_SNDTIMEO:
-			return sys_getsockopt(fd, level, opt, val, len);
+			return (int)sys_result(sys_getsockopt(fd, level, opt, val, len));
 		}
 	}
-	return sys_getsockopt(option_socket(c), level, opt, val, len);
+	return (int)sys_result(sys_getsockopt(option_socket(c), level, opt, val, len));
 }
 
 int sockopt_set(struct conn *c, int fd, int level, int opt, const void *val, socklen_t len)
 {
-	int rc = sys_setsockopt(option_socket(c), level, opt, val, len);
+	int rc = (int)sys_result(sys_setsockopt(option_socket(c), level, opt, val, len));
 
 	if (rc == 0 && level == SOL_SOCKET && (opt == SO_RCVTIMEO || opt == SO_SNDTIMEO))
-		rc = sys_setsockopt(fd, level, opt, val, len);
+		rc = (int)sys_result(sys_setsockopt(fd, level, opt, val, len));
 	if (rc == 0 && level == SOL_SOCKET && opt == SO_RCVTIMEO)
 		atomic_store(&c->sh->rcvtimeo_ms, 0);
 	return rc;
@@ -116,9 +114,8 @@ int sockopt_name(struct conn *c, int peer, struct sockaddr *sa, socklen_t *len)
 	/* from the hidden socket while it is connected, so the family and
 	 * scope are exactly what the application had */
 	rc = peer ? sys_getpeername(c->tcp_fd, sa, len) : sys_getsockname(c->tcp_fd, sa, len);
-
 	if (rc == 0 || !peer)
-		return rc;
+		return (int)sys_result(rc);
 	/* the peer reset its hidden copy: answer from what we recorded */
 	ep_copy_out(&c->peer, c->domain, sa, len);
 	return 0;

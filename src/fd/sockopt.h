@@ -8,6 +8,11 @@
 
 #include <sys/socket.h>
 
+/*
+ * getsockopt(), setsockopt(), getsockname()/getpeername() (@peer) and
+ * ioctl() on accelerated connection @c, descriptor @fd: 0 or -errno.  The
+ * ioctl says in *@handled whether it answered; if not, the kernel does.
+ */
 int sockopt_get(struct conn *c, int fd, int level, int opt, void *val, socklen_t *len);
 int sockopt_set(struct conn *c, int fd, int level, int opt, const void *val, socklen_t len);
 int sockopt_name(struct conn *c, int peer, struct sockaddr *sa, socklen_t *len);

@@ -180,7 +180,7 @@ EXPORT int getsockopt(int fd, int level, int opt, void *val, socklen_t *len)
 	}
 	rc = sockopt_get(c, fd, level, opt, val, len);
 	conn_put(c);
-	return rc;
+	return (int)shim_ret(rc);
 }
 
 EXPORT int setsockopt(int fd, int level, int opt, const void *val, socklen_t len)
@@ -200,7 +200,7 @@ EXPORT int setsockopt(int fd, int level, int opt, const void *val, socklen_t len
 	}
 	rc = sockopt_set(c, fd, level, opt, val, len);
 	conn_put(c);
-	return rc;
+	return (int)shim_ret(rc);
 }
 
 EXPORT int getsockname(int fd, struct sockaddr *sa, socklen_t *len)
@@ -213,7 +213,7 @@ EXPORT int getsockname(int fd, struct sockaddr *sa, socklen_t *len)
 		return real_getsockname(fd, sa, len);
 	rc = sockopt_name(c, 0, sa, len);
 	conn_put(c);
-	return rc;
+	return (int)shim_ret(rc);
 }
 
 EXPORT int getpeername(int fd, struct sockaddr *sa, socklen_t *len)
@@ -226,7 +226,7 @@ EXPORT int getpeername(int fd, struct sockaddr *sa, socklen_t *len)
 		return real_getpeername(fd, sa, len);
 	rc = sockopt_name(c, 1, sa, len);
 	conn_put(c);
-	return rc;
+	return (int)shim_ret(rc);
 }
 
 EXPORT int ioctl(int fd, unsigned long req, ...)
