@@ -15,6 +15,7 @@
 #include "fdtab.h"
 
 #include "io.h"
+#include "log.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -27,6 +28,9 @@
 
 #ifndef AF_SMC
 #define AF_SMC 43
+#endif
+#ifndef SOL_TLS
+#define SOL_TLS 282
 #endif
 
 static int put_int(void *val, socklen_t *len, int v)
@@ -77,9 +81,33 @@ int sockopt_get(struct conn *c, int fd, int level, int opt, void *val, socklen_t
 	return (int)sys_result(sys_getsockopt(option_socket(c), level, opt, val, len));
 }
 
+/*
+ * An upper layer protocol under the socket (TCP_ULP: kernel TLS, then its
+ * keys at SOL_TLS) would be set on the hidden TCP socket, which carries
+ * none of this connection's bytes: the program would write plaintext for
+ * the kernel to encrypt, and the ring would carry it as it is.  Refused as
+ * a kernel without the protocol refuses it, so the program (OpenSSL) keeps
+ * encrypting in user space: 0, or the -errno of that refusal.
+ */
+static int sockopt_refused(int level, int opt)
+{
+	if (level == IPPROTO_TCP && opt == TCP_ULP)
+		return -ENOENT;         /* no such upper layer protocol */
+	if (level == SOL_TLS)
+		return -ENOPROTOOPT;    /* not a socket with TLS on it */
+	return 0;
+}
+
 int sockopt_set(struct conn *c, int fd, int level, int opt, const void *val, socklen_t len)
 {
-	int rc = (int)sys_result(sys_setsockopt(option_socket(c), level, opt, val, len));
+	int rc = sockopt_refused(level, opt);
+
+	if (rc < 0) {
+		DBG("setsockopt fd %d: level %d option %d refused: nothing under the ring "
+		    "carries its bytes", fd, level, opt);
+		return rc;
+	}
+	rc = (int)sys_result(sys_setsockopt(option_socket(c), level, opt, val, len));
 
 	if (rc == 0 && level == SOL_SOCKET && (opt == SO_RCVTIMEO || opt == SO_SNDTIMEO))
 		rc = (int)sys_result(sys_setsockopt(fd, level, opt, val, len));

@@ -130,6 +130,24 @@ def connect(port, greet, fdpass=False):
     return c
 
 
+def try_kernel_tls(c):
+    """OpenSSL's first steps into kernel TLS.  Under smclo they are refused
+    as a kernel without TLS refuses them (docs/design.md §8), whatever path
+    the connection took; without smclo the kernel answers for itself.
+    Returns what went wrong, or None."""
+    under_smclo = "smclo" in os.environ.get("LD_PRELOAD", "")
+    for level, opt, val, want in ((socket.IPPROTO_TCP, 31, b"tls", errno.ENOENT),      # TCP_ULP
+                                  (282, 1, b"\0" * 40, errno.ENOPROTOOPT)):          # SOL_TLS, TLS_TX
+        try:
+            c.setsockopt(level, opt, val)
+            got = 0
+        except OSError as e:
+            got = e.errno
+        if under_smclo and got != want:
+            return "setsockopt(%d, %d): errno %d, not %d" % (level, opt, got, want)
+    return None
+
+
 def exchange(c, data, api=None, pool=False):
     got = bytearray()
     err = []
@@ -186,6 +204,7 @@ def main():
         resource.setrlimit(resource.RLIMIT_NOFILE, (lim, lim))
     greet, hold, fdpass = "--greet" in opts, "--hold" in opts, "--fdpass" in opts
     epoll_early = "--epoll-early" in opts
+    ktls = "--ktls" in opts
     api = None
     pool = "--pool" in opts
     if "--api" in opts or pool:
@@ -224,7 +243,8 @@ def main():
             continue
         if c is None:
             continue
-        why = exchange(c, data, api, pool)
+        why = try_kernel_tls(c) if ktls else None
+        why = why or exchange(c, data, api, pool)
         if why:
             bad.append("connection %d (%d B): %s" % (i, size, why))
         else:

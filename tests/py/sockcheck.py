@@ -146,6 +146,24 @@ def check_identity():
     s.close()
 
 
+def check_kernel_tls():
+    """Kernel TLS is refused as a kernel without it refuses it (OpenSSL then
+    encrypts in user space): the TCP socket under the ring carries none of
+    the bytes, so it must not be the one to encrypt them."""
+    s = dial("ECHO")
+    for level, opt, val, err in ((socket.IPPROTO_TCP, 31, b"tls", errno.ENOENT),      # TCP_ULP
+                                 (282, 1, b"\0" * 40, errno.ENOPROTOOPT)):           # SOL_TLS, TLS_TX
+        try:
+            s.setsockopt(level, opt, val)
+            raise AssertionError("setsockopt(%d, %d) succeeded" % (level, opt))
+        except OSError as e:
+            assert e.errno == err, (level, opt, e)
+    assert s.getsockopt(socket.IPPROTO_TCP, 31, 16) == b""      # no upper layer protocol
+    s.sendall(b"still plain")
+    assert recv_exact(s, 11) == b"still plain"
+    s.close()
+
+
 def check_addresses_mirror():
     """What each end says of itself is what the other says of it, for IPv4
     and IPv6 (a connection without TCP answers from its handshake)."""
@@ -441,11 +459,11 @@ def client(port, tmpdir):
               lambda: check_half_close_and_sendfile(tmpdir), check_half_close_then_answer,
               check_signal_interrupts_recv, check_splice, check_epipe,
               check_ipv6_and_smc, check_nonblocking_connect, check_fork_then_use,
-              check_concurrent_writers, check_exec_hands_over]
+              check_concurrent_writers, check_exec_hands_over, check_kernel_tls]
     names = ["identity", "addresses_mirror", "recv_flags", "rcvtimeo", "readiness", "half_close_sendfile",
              "half_close_then_answer", "signal_interrupts_recv", "splice",
              "epipe", "ipv6_smc", "nonblocking_connect", "fork_then_use", "concurrent_writers",
-             "exec_hands_over"]
+             "exec_hands_over", "kernel_tls"]
     for name, fn in zip(names, checks):
         fn()
         print("ok", name, flush=True)

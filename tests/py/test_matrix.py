@@ -129,6 +129,10 @@ BUGS = {}
 #   (include/smclo.h) at the client, at the server, and in a fork child whose
 #   parent closed its copy: claims written and peeks read in place, through
 #   ctypes (smclo_api.py); on the tcp path the same calls take the copy path.
+# * client-ktls (against `accept`): OpenSSL's steps into kernel TLS
+#   (setsockopt TCP_ULP "tls", then SOL_TLS) on every connection before its
+#   bytes: refused under smclo as a kernel without TLS refuses them, never
+#   set on the TCP socket underneath (src/fd/sockopt.c); then the echo.
 # * client-pool (against `accept`), pool-accept, pool-fork: the same places
 #   sending from a buffer pool (smclo_api.Pool): by reference once the peer
 #   mapped the pool (its first sends are copies), copied on the tcp path.
@@ -175,6 +179,7 @@ subprocess-helper  direct         inbox          rendezvous      tcp
 client-fdpass      direct         inbox          rendezvous      tcp
 client-epoll-early epoll-early    epoll-early    epoll-early     tcp
 client-api         direct         inbox          rendezvous      tcp
+client-ktls        direct         inbox          rendezvous      tcp
 api-accept         direct         inbox          rendezvous      tcp
 api-fork           direct         inbox          rendezvous      tcp
 client-pool        direct         inbox          rendezvous      tcp
@@ -193,12 +198,13 @@ MATRIX = parse_matrix(MATRIX_TEXT)
 
 # rows that are client patterns: the server pattern they run against
 SERVER_FOR = {"client-fdpass": "accept", "client-epoll-early": "accept",
-              "client-api": "accept", "client-pool": "accept"}
+              "client-api": "accept", "client-pool": "accept", "client-ktls": "accept"}
 # client options per row
 CLIENT_OPTS = {
     "client-fdpass": ["--fdpass"],
     "client-epoll-early": ["--epoll-early"],
     "client-api": ["--api"],
+    "client-ktls": ["--ktls"],
     "client-pool": ["--pool"],
     "api-fork": ["--greet"],
     "pool-fork": ["--greet"],

@@ -1,10 +1,11 @@
 """Everything a socket does, checked on accelerated connections (the checks
 live in sockcheck.py, which runs under smclo on both ends)."""
 import os
+import subprocess
 
 import pytest
 
-from conftest import PY, free_port, wait_port
+from conftest import PY, SMCLO, free_port, wait_port
 
 CHECK = os.path.join(os.path.dirname(__file__), "sockcheck.py")
 
@@ -19,7 +20,7 @@ def test_socket_semantics(reg, procs, tmp_path, server):
     r = reg.run([PY, CHECK, "client", str(port), str(tmp_path)], timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     oks = [l.split()[1] for l in r.stdout.splitlines() if l.startswith("ok ")]
-    assert len(oks) == 15, r.stdout
+    assert len(oks) == 16, r.stdout
     st = reg.stats()
     assert st["fallback"] == 0, st["fallback_by_reason"]
     assert st["accelerated_client"] >= 12 and st["accelerated_server"] >= 12, st
@@ -27,3 +28,40 @@ def test_socket_semantics(reg, procs, tmp_path, server):
         assert st["direct_handshakes"] == 0, st
     else:
         assert st["direct_handshakes"] >= 10, st
+
+
+KTLS_CLIENT = r"""
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"ECHO\n")
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)   # goes to the TCP socket: seen
+for level, opt, val in ((socket.IPPROTO_TCP, 31, b"tls"), (282, 1, b"\0" * 40)):
+    try:
+        s.setsockopt(level, opt, val)
+        sys.exit("setsockopt(%d, %d) succeeded" % (level, opt))
+    except OSError:
+        pass
+s.sendall(b"x")
+assert s.recv(1) == b"x"
+s.close()
+"""
+
+
+def test_kernel_tls_never_reaches_the_tcp_socket(reg, procs, tmp_path):
+    """TCP_ULP "tls" and SOL_TLS on an accelerated connection make no system
+    call at all (strace): refused above the ring, never set on the TCP
+    socket underneath, which carries none of the connection's bytes."""
+    port = free_port()
+    srv = procs.start([PY, CHECK, "server", str(port)], reg.env, text=True)
+    assert srv.stdout.readline().strip() == "ready"
+    trace = tmp_path / "trace"
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=setsockopt", "-o", str(trace),
+                        SMCLO, "run", "--", PY, "-c", KTLS_CLIENT, str(port)],
+                       env=reg.env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = trace.read_text()
+    assert "TCP_NODELAY" in calls, "strace did not see the client's own option: " + calls[-2000:]
+    for word in ("TCP_ULP", "SOL_TLS", ", 282,", ", 31,"):
+        assert word not in calls, calls
+    st = reg.wait_stats(lambda s: s["accelerated_client"] >= 1)
+    assert st["accelerated_client"] >= 1 and st["fallback"] == 0, st
