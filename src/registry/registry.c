@@ -98,6 +98,24 @@ static int mkdir_checked(const char *path, mode_t mode, int must_be_private,
 
 int registry_fd = -1;
 
+/*
+ * Subdirectory @sub of the registry @dfd (its status @st), made if missing.
+ * A shared directory passes its permissions on to what we make, and root
+ * (`smclo stat` run on the host first) its owner too: a subdirectory left
+ * at 0700, or root's, would shut the registry's users out.
+ */
+static int registry_subdir_make(int dfd, const char *sub, const struct stat *st)
+{
+	if (mkdirat(dfd, sub, 0700) < 0)
+		return errno == EEXIST ? 0 : -1;
+	if (fchmodat(dfd, sub, st->st_mode & 07777, 0) < 0)
+		return -1;
+	if (geteuid() == 0 && st->st_uid != 0 &&
+	    fchownat(dfd, sub, st->st_uid, st->st_gid, AT_SYMLINK_NOFOLLOW) < 0)
+		return -1;
+	return 0;
+}
+
 int registry_open(const char *dir, int is_default, char *err, size_t errlen)
 {
 	struct stat st;
@@ -116,12 +134,7 @@ int registry_open(const char *dir, int is_default, char *err, size_t errlen)
 	dir_owner = st.st_uid;
 	dir_mode = st.st_mode & 07777;
 	for (size_t i = 0; i < sizeof(subdirs) / sizeof(subdirs[0]); i++) {
-		/* a shared directory passes its permissions on to what we create;
-		 * a subdirectory left at 0700 would shut the other users out */
-		if (mkdirat(dfd, subdirs[i], 0700) == 0 &&
-		    fchmodat(dfd, subdirs[i], st.st_mode & 07777, 0) == 0)
-			continue;
-		if (errno != EEXIST) {
+		if (registry_subdir_make(dfd, subdirs[i], &st) < 0) {
 			snprintf(err, errlen, "registry %s/%s: %s", dir, subdirs[i], strerror(errno));
 			close(dfd);
 			return -1;
@@ -475,7 +488,10 @@ void registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns,
 	pthread_mutex_unlock(&lookup_lock);
 	scan_start = clock_ns(CLOCK_REALTIME);
 	counted = listeners_added(dirfd, &added) == 0;     /* read before the scan */
-	registry_for_each(dirfd, "l", match_listener, &f);
+	/* a registry this process may not read (its owner keeps it to itself)
+	 * says nothing about the peer: named as unusable, not as nobody there */
+	if (registry_for_each(dirfd, "l", match_listener, &f) == -EACCES)
+		info->m = LM_UNREACHABLE;
 	if (counted && info->m == LM_NONE)
 		port_note_unlistened(dst->port, added);
 	if (info->m != LM_SAME_NETNS)
@@ -783,16 +799,18 @@ int registry_sun_path(int dirfd, const char *sub, const char *name, char *out, s
 	return (n > 0 && (size_t)n < len) ? 0 : -1;
 }
 
-void registry_for_each(int dirfd, const char *sub, registry_visit_fn fn, void *arg)
+int registry_for_each(int dirfd, const char *sub, registry_visit_fn fn, void *arg)
 {
 	int fd = openat(dirfd, sub, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
 	struct dirent *de;
 	DIR *d;
 
 	if (fd < 0 || !(d = fdopendir(fd))) {
+		int e = errno;
+
 		if (fd >= 0)
 			close(fd);
-		return;
+		return -e;
 	}
 	while ((de = readdir(d)) != NULL) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
@@ -801,6 +819,7 @@ void registry_for_each(int dirfd, const char *sub, registry_visit_fn fn, void *a
 			break;
 	}
 	closedir(d);
+	return 0;
 }
 
 /* GC visitor: @arg is the "is this entry dead?" test. */

@@ -99,7 +99,8 @@ enum listener_match {
 	LM_DEFER,         /* it does, with TCP_DEFER_ACCEPT */
 	LM_SAME_NETNS,
 	LM_OTHER_NETNS,
-	LM_UNREACHABLE,   /* an acceptor there cannot use the registry (LISTEN_F_UNREACHABLE) */
+	LM_UNREACHABLE,   /* an acceptor there cannot use the registry (LISTEN_F_UNREACHABLE),
+	                     or we may not read the listeners' entries (EACCES) */
 };
 struct listener_info {
 	enum listener_match m;
@@ -206,9 +207,12 @@ void registry_inbox_remove(int dirfd, const char *name);
 /* "/proc/self/fd/<dirfd>/<sub>/<name>", short enough for sun_path. */
 int registry_sun_path(int dirfd, const char *sub, const char *name, char *out, size_t len);
 
-/* Call @fn for each entry of @sub ("." and ".." skipped) until it returns non-zero. */
+/*
+ * Call @fn for each entry of @sub ("." and ".." skipped) until it returns
+ * non-zero.  0, or -errno when @sub cannot be read (-EACCES: not ours to read).
+ */
 typedef int (*registry_visit_fn)(int dirfd, const char *sub, const char *name, void *arg);
-void registry_for_each(int dirfd, const char *sub, registry_visit_fn fn, void *arg);
+int registry_for_each(int dirfd, const char *sub, registry_visit_fn fn, void *arg);
 
 /* Remove entries of dead owners and stale rendezvous sockets. */
 void registry_gc(int dirfd);
