@@ -60,6 +60,15 @@ void hs_listen(int fd);
 int hs_listen_bound(int fd);
 void hs_listener_closed(int fd);
 /*
+ * TCP_DEFER_ACCEPT was set on listener @fd after listen() (apache2's
+ * AcceptFilter, pgbouncer): the kernel now wakes an acceptor only when a
+ * client's first bytes come, and a client waiting for the handshake before
+ * it sends would wait for a server waiting for it.  Its entry says so now
+ * (it outranks the entries of the other processes sharing the listener), and
+ * clients take TCP at once (defer-accept).
+ */
+void hs_listener_defers(int fd);
+/*
  * The direct handshake (direct.c): a listener whose process blocks in
  * accept() takes connections without TCP through its direct inbox.
  * accept() on listener @lfd: the descriptor of a direct connection (its

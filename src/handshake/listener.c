@@ -125,6 +125,25 @@ void hs_listen(int fd)
 }
 
 /*
+ * This process's entry for listener @fd made again, without an inbox, as
+ * the listener is now (its options read again); the old entry goes.  The
+ * entry lives as long as the listener: across exec too when it survives it.
+ */
+static void listener_register_again(int fd)
+{
+	struct listener_offer none = { 0 };
+	int old = fd_take_listen_lock(fd), lock = listener_register(fd, &none);
+
+	if (old >= 0)
+		sys_close(old);
+	if (lock < 0)
+		return;
+	if (!(sys_fcntl(fd, F_GETFD, 0) & FD_CLOEXEC))
+		sys_fcntl(lock, F_SETFD, 0);
+	fd_set_listen_lock(fd, lock);
+}
+
+/*
  * A fork child may accept on every listener it inherited: it adds an entry
  * of its own, without an inbox, so clients see that more than one process
  * accepts there and use the rendezvous.  The entry lives as long as the
@@ -132,18 +151,18 @@ void hs_listen(int fd)
  */
 static void listener_forked(int fd)
 {
-	struct listener_offer none = { 0 };
-	int old = fd_take_listen_lock(fd), lock = listener_register(fd, &none);
-
-	if (old >= 0)
-		sys_close(old);
 	/* the parent's direct inbox is not the child's (inbox.c drops the copy) */
 	fd_set_flags(fd, (fd_flags(fd) & ~FDF_DIRECT) | FDF_NO_DIRECT);
-	if (lock < 0)
+	listener_register_again(fd);
+}
+
+void hs_listener_defers(int fd)
+{
+	if (!(fd_flags(fd) & FDF_LISTENING))
 		return;
-	if (!(sys_fcntl(fd, F_GETFD, 0) & FD_CLOEXEC))
-		sys_fcntl(lock, F_SETFD, 0);
-	fd_set_listen_lock(fd, lock);
+	hs_listener_no_direct(fd);
+	listener_register_again(fd);
+	DBG("listen fd %d: accept deferred: clients take TCP at once", fd);
 }
 
 void hs_after_fork(void)

@@ -374,11 +374,11 @@ static int match_listener(int dirfd, const char *sub, const char *name, void *ar
 		m = LM_ELSEWHERE;   /* loopback never leaves our namespace */
 	else
 		m = (l.flags & LISTEN_F_DEFER) ? LM_DEFER : LM_OTHER_NETNS;
-	if (m >= LM_DEFER && (l.flags & LISTEN_F_UNREACHABLE))
+	if (m > LM_ELSEWHERE && (l.flags & LISTEN_F_UNREACHABLE))
 		m = LM_UNREACHABLE;
 	if (m < f->info->m || (m == f->info->m && m != LM_SAME_NETNS))
 		return 0;
-	if (m >= LM_DEFER && !entry_alive(dirfd, sub, name))
+	if (m > LM_ELSEWHERE && !entry_alive(dirfd, sub, name))
 		return 0;
 	f->info->m = m;
 	if (m == LM_SAME_NETNS)

@@ -93,12 +93,18 @@ struct listener_offer {
 int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsigned flags,
                           const struct listener_offer *offer);
 
+/*
+ * What the entries for an address say, in rank order: of several entries
+ * (processes that accept there), the highest decides.  One that defers
+ * accept outranks those that do not: TCP_DEFER_ACCEPT belongs to the
+ * listening socket, which the processes share, so one saying so is enough.
+ */
 enum listener_match {
 	LM_NONE,          /* nothing listens on the port through smclo */
 	LM_ELSEWHERE,     /* something does, but not at this address / namespace */
-	LM_DEFER,         /* it does, with TCP_DEFER_ACCEPT */
 	LM_SAME_NETNS,
 	LM_OTHER_NETNS,
+	LM_DEFER,         /* it does, with TCP_DEFER_ACCEPT */
 	LM_UNREACHABLE,   /* an acceptor there cannot use the registry (LISTEN_F_UNREACHABLE),
 	                     or we may not read the listeners' entries (EACCES) */
 };

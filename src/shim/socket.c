@@ -9,6 +9,7 @@
 #include "addr.h"
 #include "sockopt.h"
 
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <sys/ioctl.h>
 
@@ -196,7 +197,11 @@ EXPORT int setsockopt(int fd, int level, int opt, const void *val, socklen_t len
 			if (opt == SO_RCVTIMEO_OLD || opt == SO_RCVTIMEO_NEW)
 				hs_listener_no_direct(fd);      /* accept() would time out */
 		}
-		return real_setsockopt(fd, level, opt, val, len);
+		rc = real_setsockopt(fd, level, opt, val, len);
+		if (rc == 0 && smclo_active && level == IPPROTO_TCP && opt == TCP_DEFER_ACCEPT &&
+		    val && len >= sizeof(int) && *(const int *)val > 0)
+			hs_listener_defers(fd);
+		return rc;
 	}
 	rc = sockopt_set(c, fd, level, opt, val, len);
 	conn_put(c);

@@ -49,6 +49,8 @@ Patterns (see PATTERNS at the end):
   spawn-cat        os.posix_spawn of cat with the connection dup2'd onto 0/1
   subprocess-cat   subprocess.Popen(cat, stdin=conn, stdout=conn, close_fds=True)
   system-cat       os.system("exec cat <&N >&N")
+  defer-after-listen  pgbouncer, apache2's AcceptFilter: TCP_DEFER_ACCEPT set
+                   after listen(), then blocking accept()
   setuid           after listen(): setgroups([]), setgid(nogroup), setuid(nobody)
   setgid           after listen(): setgid(nogroup) only (still uid 0)
   chroot           after listen(): chroot(WORKDIR/root)
@@ -341,6 +343,14 @@ def p_loop(kind):
 
 def p_accept(port, work):
     l = listen(port)
+    ready()
+    while True:
+        echo(l.accept()[0])
+
+
+def p_defer_after_listen(port, work):
+    l = listen(port)
+    l.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 5)
     ready()
     while True:
         echo(l.accept()[0])
@@ -688,6 +698,7 @@ def p_daemon(closer):
 
 PATTERNS = {
     "accept": p_accept,
+    "defer-after-listen": p_defer_after_listen,
     "api-accept": p_api_accept,
     "api-fork": p_api_fork,
     "pool-accept": p_pool_accept,

@@ -29,6 +29,8 @@ What each cell must show (MATRIX below; the modes are in MODES):
                entry says it cannot use the registry), the server peer-no-smclo
   epoll-early  none accelerated; the client counts epoll-before-connect, the
                server peer-no-smclo
+  defer        none accelerated, none waiting: the client counts defer-accept,
+               the server peer-no-smclo
   no-wait      accelerated or not, but no connection waits out the handshake
                timeout (no reason timeout or peer-withdrew)
   fits         every connection works; as many accelerated as descriptors
@@ -136,6 +138,10 @@ BUGS = {}
 # * client-pool (against `accept`), pool-accept, pool-fork: the same places
 #   sending from a buffer pool (smclo_api.Pool): by reference once the peer
 #   mapped the pool (its first sends are copies), copied on the tcp path.
+# * defer-after-listen: TCP_DEFER_ACCEPT set after listen() (pgbouncer, apache2's
+#   AcceptFilter): the kernel wakes the server only at the client's first
+#   bytes, so a client waiting for the handshake would stall; its entry is made
+#   again saying so (hs_listener_defers) and clients take TCP at once.
 # * rlimit-64: 50 connections need 50 of 64 descriptors on TCP; smclo must not
 #   make accept()/connect() fail with EMFILE where TCP would not ("fits").
 #   rlimit-256: everything fits; the client holds all 50 open at once, so offers
@@ -167,6 +173,7 @@ exec-closerange    direct         inbox          rendezvous      tcp
 spawn-cat          direct         inbox          rendezvous      tcp
 subprocess-cat     direct         inbox          rendezvous      tcp
 system-cat         direct         inbox          rendezvous      tcp
+defer-after-listen defer          defer          defer           tcp
 setuid             no-registry    no-registry    no-registry     tcp
 setgid             direct         inbox          rendezvous      tcp
 chroot             no-registry    no-registry    no-registry     tcp
@@ -243,6 +250,8 @@ MODES = {
     and reasons(st) == {"no-registry": n, "peer-no-smclo": n},
     "epoll-early": lambda st, n: st["accelerated"] == 0
     and reasons(st) == {"epoll-before-connect": n, "peer-no-smclo": n},
+    "defer": lambda st, n: st["accelerated"] == 0
+    and reasons(st) == {"defer-accept": n, "peer-no-smclo": n},
     "no-wait": lambda st, n: st["accelerated_client"] == st["accelerated_server"]
     and not {"timeout", "peer-withdrew"} & set(reasons(st)),
     "fits": lambda st, n: st["accelerated_client"] == st["accelerated_server"]
@@ -511,7 +520,9 @@ CAT_HANDLER = {"exec-cat", "exec-midstream", "exec-closeall", "exec-closerange",
 GREETS = {"fork-early", "fork-late", "api-fork", "pool-fork"}
 SERVER_WAITS = ["idle", "flood"]
 ECHO_START_BYTES = 4 * 4096         # matrix_kill.py echo_start(): ROUNDS x CHUNK
-KILL_PATTERN_ROWS = [p for p in MATRIX if p not in SERVER_FOR]
+# defer-after-listen is left out: a client that waits without sending is
+# never accepted by a deferring listener, with or without smclo (TCP's own)
+KILL_PATTERN_ROWS = [p for p in MATRIX if p not in SERVER_FOR and p != "defer-after-listen"]
 
 
 def session_cats(sid):
