@@ -84,7 +84,7 @@ static void fdfork_settle(int failed, int in_child, int drop_refs)
 	if (in_child) {
 		/*
 		 * The child keeps the references: the last one would free the
-		 * object under locks the fork guard may still hold, and what it
+		 * object under locks runtime/fork.c may still hold, and what it
 		 * points at is the parent's anyway.
 		 */
 		n_fork_counted = 0;

@@ -537,7 +537,8 @@ static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t 
 	if (*rc == 0 && client_pending(cl, pair[0], &p) == 0)
 		return 0;
 	/* a connect that failed outright reached no server: nobody can take it */
-	w = *rc == 0 || timed_out ? inbox_offer_wait(region_up(p.region), mono_now_ms() + cfg.handshake_ms) :
+	w = *rc == 0 || timed_out ?
+	    inbox_offer_wait(region_up(p.region), mono_now_ms() + cfg.handshake_ms) :
 	    inbox_offer_withdraw(region_up(p.region));
 	ep_of_socket(cl->fd, 0, &cl->src);
 	if (w == OFFER_TAKEN) {

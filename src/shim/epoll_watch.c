@@ -1,6 +1,6 @@
 /*
- * watch.c - epoll for accelerated connections: no doorbell while the reader
- * is awake, and a look at the rings before it sleeps.
+ * epoll_watch.c - epoll for accelerated connections: no doorbell while the
+ * reader is awake, and a look at the rings before it sleeps.
  *
  * Event loops (redis, nginx) never block in read(): they sleep in
  * epoll_wait() and then read what is ready.  With doorbells alone every

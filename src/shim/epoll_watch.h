@@ -1,7 +1,8 @@
 /*
- * watch.h - epoll waits that look at the rings (watch.c has the argument).
+ * epoll_watch.h - epoll waits that look at the rings (epoll_watch.c has the
+ * argument).
  *
- * The epoll wrappers in preload.c call these; everything else about a
+ * The epoll wrappers in epoll.c call these; everything else about a
  * descriptor's readiness stays the kernel's.
  */
 #ifndef SMCLO_WATCH_H
@@ -17,7 +18,7 @@ void epoll_watch_epoll_created(int epfd);
 
 /*
  * Before epoll_ctl(@epfd, @op, @fd, @ev): a DEL of an accelerated descriptor
- * parks its registration, an ADD of a parked one takes it back (watch.c).
+ * parks its registration, an ADD of a parked one takes it back (epoll_watch.c).
  * Returns the call's result (0, or -1 with errno) when it was done here, or
  * WATCH_PASS: make the real call, then epoll_watch_ctl().
  */
@@ -28,7 +29,7 @@ void epoll_watch_ctl(int epfd, int op, int fd, const struct epoll_event *ev);
 
 /*
  * Drop the events of parked registrations from the @n a wait returned (for
- * the waits on sets watch.c does not follow); returns how many are left.
+ * the waits on sets epoll_watch.c does not follow); returns how many are left.
  */
 int epoll_watch_drop_parked(struct epoll_event *ev, int n);
 

@@ -262,7 +262,8 @@ static int select_result(const struct pollfd *p, int n, fd_set *rd, fd_set *wr, 
 	return count;
 }
 
-int pollwait_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout, const sigset_t *mask)
+int pollwait_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout,
+                    const sigset_t *mask)
 {
 	struct pollfd *p = malloc((size_t)nfds * sizeof(*p));
 	int n = 0, r;

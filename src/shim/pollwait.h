@@ -19,6 +19,7 @@ int pollwait(struct pollfd *fds, nfds_t n, int timeout, const sigset_t *mask);
 int pollwait_select_needed(int nfds, const fd_set *rd);
 
 /* pselect() on top of pollwait(). */
-int pollwait_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout, const sigset_t *mask);
+int pollwait_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout,
+                    const sigset_t *mask);
 
 #endif
