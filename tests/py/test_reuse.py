@@ -95,9 +95,10 @@ def test_hidden_tcp_closes_are_deferred_bounded_and_not_inherited(reg, procs):
                       env=dict(reg.env, SMCLO_DIRECT="0"))
     wait_port(port, proc=srv)
     # a busy machine (CI's sanitizer runs) may close at once what an idle
-    # one defers: some run of three must show a close put off
+    # one defers: some run of eight must show a close put off (three were
+    # not always enough beside the ASan build: [0, 0, 0] once in six runs)
     deferred = []
-    for run in range(1, 4):
+    for run in range(1, 9):
         r = reg.run([PY, "-c", DEFERRED_CLOSES, str(port), "40"], timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
         counts = dict(line.split() for line in r.stdout.splitlines())
