@@ -31,7 +31,8 @@ DEB_DIR ?= .
 MANIFEST = $(DESTDIR)$(PREFIX)/share/smclo/installed-files
 TEST_DEBS = redis-server redis-tools nginx-light wrk iperf3 sockperf curl socat postgresql \
             python3-pytest liburing-dev iproute2 util-linux cmake ninja-build gcc strace \
-            clang cppcheck python3-prometheus-client dpkg-dev lintian fakeroot
+            clang cppcheck python3-prometheus-client dpkg-dev lintian fakeroot \
+            memcached mosquitto mosquitto-clients systemd
 
 .PHONY: all build release demo test unit pytest deps clean bench soak lint sanitize fuzz fuzz-smoke \
         install uninstall deb
@@ -64,6 +65,9 @@ install:
 	@{ cat $(BUILD)/install_manifest.txt; echo; echo "$(PREFIX)/share/smclo/installed-files"; } \
 		| sed '/^$$/d' > "$(MANIFEST)"
 	@echo "installed $$(wc -l < "$(MANIFEST)") files under $(DESTDIR)$(PREFIX); list: $(MANIFEST)"
+	@# the shared registry now, as tmpfiles.d makes it at boot: smclo run by root makes it
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && "$(PREFIX)/bin/smclo" stats >/dev/null; \
+		then echo "shared registry: /dev/shm/smclo"; fi
 
 uninstall:
 	@[ -f "$(MANIFEST)" ] || { echo "make uninstall: no $(MANIFEST): nothing installed" \

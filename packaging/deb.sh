@@ -100,6 +100,8 @@ sed -e "s/@VERSION@/$VERSION/" -e "s/@ARCH@/$ARCH/" -e "s/@SIZE@/$SIZE/" \
 # (LD_PRELOAD=libsmclo.so by name needs it)
 echo "activate-noawait ldconfig" >"$STAGE/DEBIAN/triggers"
 chmod 0644 "$STAGE/DEBIAN/control" "$STAGE/DEBIAN/md5sums" "$STAGE/DEBIAN/triggers"
+# the shared registry made at once, not only at the next boot (tmpfiles.d)
+install -m 0755 packaging/deb/postinst "$STAGE/DEBIAN/postinst"
 
 dpkg-deb --root-owner-group -Zxz --build "$STAGE" "$DEB" >/dev/null
 echo "deb: $DEB ($(du -k "$DEB" | cut -f1) KiB; Depends: $DEPENDS)"

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,11 @@ int cli_registry_open(struct smclo_config *c, int *dirfd, struct stats_totals **
 	*dirfd = registry_open(c->dir, c->dir_is_default, err, sizeof(err));
 	if (*dirfd < 0)
 		return usage_error("%s", err);
+	if (registry_private_why()) {
+		config_private_dir(c->dir, sizeof(c->dir));
+		fprintf(stderr, "smclo: registry %s, this user's own (other users' programs are not "
+		        "seen): %s\n", c->dir, registry_private_why());
+	}
 	*tot = stats_totals_map(*dirfd);
 	if (!*tot && errno != EPERM && errno != EPROTO)
 		return usage_error("registry %s: cannot map %s/t/%u for this user's totals: %s",
@@ -243,19 +249,29 @@ static int note_holder(int pid, unsigned long ino, void *arg)
 	return 0;
 }
 
-static void find_tcp_peers(struct rows *r)
+/*
+ * Who holds the other end of every row: a TCP row's peer socket by its
+ * addresses, an accelerated row's by its doorbell socket's (the program's
+ * descriptor) peer in the kernel; then one pass over /proc/<pid>/fd.
+ */
+static void find_peers(struct rows *r)
 {
 	struct peerinfo_tcp *list;
-	int n, any = 0;
+	int n = -1, any = 0;
 
 	for (int i = 0; i < r->n && !any; i++)
 		any = r->v[i].s.mode == MODE_TCP;
-	if (!any || (n = peerinfo_tcp_list(&list)) < 0)
-		return;
-	for (int i = 0; i < r->n; i++)
-		if (r->v[i].s.mode == MODE_TCP)
-			find_tcp_ends(&r->v[i], list, n);
-	free(list);
+	if (any && (n = peerinfo_tcp_list(&list)) < 0)
+		any = 0;
+	for (int i = 0; i < r->n; i++) {
+		struct row *w = &r->v[i];
+		if (w->s.mode == MODE_TCP && any)
+			find_tcp_ends(w, list, n);
+		else if (w->s.mode == MODE_SHM)
+			w->peer_ino = peerinfo_unix_peer_of(peerinfo_fd_ino(w->s.pid, w->s.fd));
+	}
+	if (any)
+		free(list);
 	peerinfo_each_socket(note_holder, r);
 }
 
@@ -266,7 +282,7 @@ static void collect_rows(int dirfd, struct rows *r)
 
 	r->n = 0;
 	stats_for_each(dirfd, collect_slot, r);
-	find_tcp_peers(r);
+	find_peers(r);
 	for (int i = 0; i < r->n; i++)
 		if (port_matches(r->o, &r->v[i].s.local, &r->v[i].s.peer))
 			r->v[kept++] = r->v[i];
@@ -282,6 +298,22 @@ static void print_header(void)
 	printf("%-7s %-4s %-6s %-22s %-22s %-4s %12s %12s %-11s %-9s %s\n", "PID", "FD",
 	       "ROLE", "LOCAL", "PEER", "MODE", "TX-BYTES", "RX-BYTES", "RING TX/RX",
 	       "RX-FILL", "FALLBACK REASON / LISTENER");
+}
+
+/* The user at the other end, by name (or number), as the kernel says. */
+static int peer_user(const struct row *w, char *out, size_t len)
+{
+	struct passwd pwd, *pw = NULL;
+	char buf[1024];
+	uid_t uid;
+
+	if (peerinfo_uid(w->peer_pid, &uid) < 0)
+		return -1;
+	if (getpwuid_r(uid, &pwd, buf, sizeof(buf), &pw) == 0 && pw)
+		snprintf(out, len, "%s", pw->pw_name);
+	else
+		snprintf(out, len, "%u", (unsigned)uid);
+	return 0;
 }
 
 static void print_row_json(const struct row *w, const char *l, const char *p, int first)
@@ -300,23 +332,32 @@ static void print_row_json(const struct row *w, const char *l, const char *p, in
 	       shm ? (long long)s->tx_bytes : -1LL, shm ? (long long)s->rx_bytes : -1LL,
 	       s->tx_ring, s->rx_ring, s->tx_fill, s->rx_fill);
 	if (w->peer_pid && peerinfo_exe(w->peer_pid, exe, sizeof(exe)) == 0) {
+		char user[64];
 		printf("%d, \"peer_exe\": ", w->peer_pid);
 		json_string(exe);
+		printf(", \"peer_user\": ");
+		if (peer_user(w, user, sizeof(user)) == 0)
+			json_string(user);
+		else
+			printf("null");
 		printf("}");
 	} else {
-		printf("null, \"peer_exe\": null}");
+		printf("null, \"peer_exe\": null, \"peer_user\": null}");
 	}
 }
 
-/* A TCP row's last column: why, and who is at the other end if we know. */
-static void tcp_why(const struct row *w, char *out, size_t len)
+/* A row's last column: why it is on TCP, and who is at the other end if we know. */
+static void row_why(const struct row *w, char *out, size_t len)
 {
-	char exe[4096];
+	const char *why = w->s.mode == MODE_TCP ? reason_text(w->s.reason) : "";
+	char exe[4096], user[64];
 
-	if (w->peer_pid && peerinfo_exe(w->peer_pid, exe, sizeof(exe)) == 0)
-		snprintf(out, len, "%s; peer pid %d %s", reason_text(w->s.reason), w->peer_pid, exe);
+	if (w->peer_pid && peerinfo_exe(w->peer_pid, exe, sizeof(exe)) == 0 &&
+	    peer_user(w, user, sizeof(user)) == 0)
+		snprintf(out, len, "%s%speer %s pid %d %s", why, *why ? "; " : "", user,
+		         w->peer_pid, exe);
 	else
-		snprintf(out, len, "%s", reason_text(w->s.reason));
+		snprintf(out, len, "%s", why);
 }
 
 static void print_row_text(const struct row *w, const char *l, const char *p)
@@ -331,8 +372,7 @@ static void print_row_text(const struct row *w, const char *l, const char *p)
 		snprintf(rx, sizeof(rx), "%llu", (unsigned long long)s->rx_bytes);
 		snprintf(fill, sizeof(fill), "%u", s->rx_fill);
 	}
-	if (s->mode == MODE_TCP)
-		tcp_why(w, why, sizeof(why));
+	row_why(w, why, sizeof(why));
 	printf(ROW_FMT, s->pid, fd, s->role == ROLE_SERVER ? "server" : "client", l, p,
 	       s->mode < 3 ? mode_names[s->mode] : "?", tx, rx, ring, fill, why);
 }

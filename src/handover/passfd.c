@@ -45,6 +45,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -163,29 +164,76 @@ static int settles_on_smclo(pid_t pid)
 	return 0;
 }
 
-/* peerinfo_each_socket: does a process holding the other end run smclo? */
+/*
+ * A parcel holds a state chunk shared by up to 256 connections, whose
+ * locks and cursors its holder may change: it goes only between users we
+ * trust as our own (root may read us anyway), both ways.
+ */
+static int passfd_user_trusted(uid_t uid)
+{
+	return uid == 0 || config_uid_trusted(&cfg, uid);
+}
+
+/* peerinfo_each_socket: can a process holding the other end not take a parcel? */
 static int holder_lacks_smclo(int pid, unsigned long ino, void *arg)
 {
 	const unsigned long *peer = arg;
+	char path[32];
+	struct stat st;
 
-	if (ino != *peer || settles_on_smclo(pid))
+	if (ino != *peer)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d", pid);
+	if (stat(path, &st) == 0 && !passfd_user_trusted(st.st_uid)) {
+		DBG("sendmsg: process %d of uid %u holds the receiving end", pid,
+		    (unsigned)st.st_uid);
+		return R_DIFF_USER;
+	}
+	if (settles_on_smclo(pid))
 		return 0;
 	DBG("sendmsg: process %d holds the receiving end and has no smclo", pid);
-	return 1;
+	return R_EXEC_NO_SMCLO;
+}
+
+/* The user at the other end of @sock: its peer's, or the owner of the path it sends to. */
+static int receiver_uid(int sock, const struct msghdr *m, uid_t *uid)
+{
+	const struct sockaddr_un *to = m->msg_name;
+	struct ucred cr;
+	socklen_t l = sizeof(cr);
+	struct stat st;
+
+	if (sys_getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &l) == 0 && cr.pid) {
+		*uid = cr.uid;
+		return 0;
+	}
+	if (to && m->msg_namelen > sizeof(sa_family_t) && to->sun_family == AF_UNIX &&
+	    to->sun_path[0] && memchr(to->sun_path, '\0', m->msg_namelen - sizeof(sa_family_t)) &&
+	    stat(to->sun_path, &st) == 0) {
+		*uid = st.st_uid;
+		return 0;
+	}
+	return -1;
 }
 
 /*
  * Can everything that holds the other end of @sock take a parcel?  The
  * holders are found by the socket's inode in /proc/<pid>/fd: SO_PEERCRED
  * names the creator of a socket pair, not whoever holds its other end
- * now.  Nobody found (a process we may not look at) counts as yes: the
- * parcel is the only way such a receiver can go on.
+ * now.  A parcel carries a chunk of connection state shared with up to 255
+ * other connections of ours: never to a user we do not trust as our own
+ * (R_DIFF_USER), whether as its socket's creator, its path's owner or a
+ * holder we can see.  Nobody found otherwise counts as yes: the parcel is
+ * the only way such a receiver can go on.  R_NONE, or why not.
  */
-static int receivers_run_smclo(int sock)
+static int receivers_take_parcels(int sock, const struct msghdr *m)
 {
 	unsigned long peer = peerinfo_unix_peer_ino(sock);
+	uid_t uid;
 
-	return !peer || !peerinfo_each_socket(holder_lacks_smclo, &peer);
+	if (receiver_uid(sock, m, &uid) == 0 && !passfd_user_trusted(uid))
+		return R_DIFF_USER;
+	return peer ? peerinfo_each_socket(holder_lacks_smclo, &peer) : R_NONE;
 }
 
 /*
@@ -310,7 +358,7 @@ static void passfd_take_back(char made[][64], int n_made)
  * referenced in @conns, NULL for anything else); returns how many of our
  * descriptors their parcels will add.
  */
-static int passfd_conns(int **where, int n, int smclo_peer, struct conn **conns)
+static int passfd_conns(int **where, int n, int refused, struct conn **conns)
 {
 	int e = 0;
 
@@ -319,7 +367,7 @@ static int passfd_conns(int **where, int n, int smclo_peer, struct conn **conns)
 
 		hs_resolve_fd(fd);
 		conns[i] = fd_get_conn(fd);
-		if (conns[i] && smclo_peer && parcel_possible(conns[i]))
+		if (conns[i] && !refused && parcel_possible(conns[i]))
 			e += PARCEL_FDS;
 	}
 	return e;
@@ -333,7 +381,7 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 	struct msghdr copy = *m;
 	struct conn *conns[PASS_MAX];
 	int *where[PASS_MAX] = { 0 }, resets[PASS_MAX], extra[PARCEL_FDS * PASS_MAX];
-	int n_resets = 0, n, n_made = 0, e, smclo_peer;
+	int n_resets = 0, n, n_made = 0, e, refused;
 	char made[PASS_MAX][64];
 	ssize_t r;
 
@@ -341,8 +389,8 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 	copy.msg_control = control;
 	if (!(n = passed(&copy, where)))
 		return real(sock, m, flags);
-	smclo_peer = receivers_run_smclo(sock);
-	e = passfd_conns(where, n, smclo_peer, conns);
+	refused = receivers_take_parcels(sock, m);
+	e = passfd_conns(where, n, refused, conns);
 	pthread_mutex_lock(&lock);
 	parcels_sweep();
 	for (int i = 0; i < n; i++) {
@@ -350,7 +398,7 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 
 		if (!c || c->mode != MODE_SHM)
 			continue;
-		if (smclo_peer && parcel_possible(c) &&
+		if (!refused && parcel_possible(c) &&
 		    parcel_make(c, PARCEL_FDS * n_made, e, &extra[PARCEL_FDS * n_made]) == 0) {
 			snprintf(made[n_made], sizeof(made[0]), "%s", parcels[n_parcels - 1].name);
 			n_made++;
@@ -362,7 +410,8 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 			*where[i] = resets[n_resets++] = s;
 			atomic_fetch_or(&c->sh->flags, SH_ABORT_AT_CLOSE);
 			if (totals)
-				atomic_fetch_add(&totals->fallback[R_EXEC_NO_SMCLO], 1);
+				atomic_fetch_add(&totals->fallback[refused ? refused :
+				                                   R_EXEC_NO_SMCLO], 1);
 		}
 	}
 	pthread_mutex_unlock(&lock);
@@ -448,9 +497,9 @@ static int take_one(const int *fds, int n, int i)
 			continue;
 		snprintf(name, sizeof(name), "h/%s", e->d_name);
 		f = openat(registry_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		/* written by a user we may attach to, as everything else we take */
+		/* written by a user trusted as our own: its state chunk is mapped */
 		if (f >= 0 && (fstat(f, &fst) < 0 || !S_ISREG(fst.st_mode) ||
-		               !config_uid_allowed(&cfg, fst.st_uid))) {
+		               !passfd_user_trusted(fst.st_uid))) {
 			sys_close(f);
 			f = -1;
 		}

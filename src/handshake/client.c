@@ -44,12 +44,13 @@ static int client_precheck(struct client *cl)
 {
 	if (registry_fd < 0)
 		return R_NO_REGISTRY;
-	if (registry_port_unlistened(registry_fd, cl->dst.port))
-		return R_PEER_NO_SMCLO;         /* known without a system call */
+	if (registry_port_unlistened(registry_fd, cl->dst.port))         /* no system call */
+		return registry_private_why() ? R_PRIVATE_REGISTRY : R_PEER_NO_SMCLO;
 	cl->netns = proof_netns_cookie(cl->fd);
 	registry_listener_find(registry_fd, &cl->dst, cl->netns, &cl->listener);
 	switch (cl->listener.m) {
-	case LM_NONE:      return R_PEER_NO_SMCLO;
+	case LM_NONE:      return registry_private_why() ? R_PRIVATE_REGISTRY : R_PEER_NO_SMCLO;
+	case LM_UNVERIFIED: return cfg.allow_any_uid ? R_UNVERIFIED : R_DIFF_USER;
 	case LM_ELSEWHERE: return R_NOT_THIS_HOST;
 	case LM_DEFER:     return R_DEFER_ACCEPT;
 	case LM_UNREACHABLE: return R_NO_REGISTRY;

@@ -125,7 +125,7 @@ static void listener_go_direct_locked(int lfd)
 		return;         /* not now (io_uring, too many connections, another thread
 		                   waits in the kernel), or decided already */
 	fl = sys_fcntl(lfd, F_GETFL, 0);
-	if (!cfg.direct || fl < 0 || (fl & O_NONBLOCK) ||
+	if (!cfg.direct || fl < 0 || (fl & O_NONBLOCK) || !listener_entry_believed(lfd) ||
 	    sys_getsockopt(lfd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) < 0 || tv.tv_sec || tv.tv_usec ||
 	    ep_of_socket(lfd, 0, &addr) < 0)
 		goto never;

@@ -412,7 +412,9 @@ static struct link *link_get(const char *name)
 
 /*
  * The link to inbox @id of @li's process, if our TCP socket may go there:
- * only to a user we may attach to (lock held).
+ * only to a user we may attach to, and who wrote the entry that names it -
+ * registry_listener_find believed that user, not whoever took the name
+ * (lock held).
  */
 static struct link *link_to(const struct listener_info *li, uint64_t id)
 {
@@ -421,7 +423,7 @@ static struct link *link_to(const struct listener_info *li, uint64_t id)
 
 	inbox_name(name, sizeof(name), li->pid, id);
 	l = link_get(name);
-	return l && config_uid_allowed(&cfg, l->owner) ? l : NULL;
+	return l && l->owner == li->owner && config_uid_allowed(&cfg, l->owner) ? l : NULL;
 }
 
 peerid inbox_link(const struct listener_info *li, uint64_t id)

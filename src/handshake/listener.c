@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int hs_listen_bound(int fd)
@@ -72,6 +73,19 @@ void hs_chrooted(void)
 {
 	if (access("/proc/self/fd", X_OK) < 0)
 		listeners_unreachable("no /proc in the new root");
+}
+
+/*
+ * Would a client of another user believe an entry we wrote for listener
+ * @fd now?  Only if we are root or own the socket (the kernel gives the
+ * socket's owner as its inode's): after a privilege drop between socket()
+ * and now, the entry made before the drop is the one to keep.
+ */
+int listener_entry_believed(int fd)
+{
+	struct stat st;
+
+	return geteuid() == 0 || (fstat(fd, &st) == 0 && st.st_uid == geteuid());
 }
 
 int listener_register(int fd, const struct listener_offer *offer)

@@ -7,6 +7,7 @@
 
 #include "io.h"
 #include "region.h"
+#include "peerinfo.h"
 #include "registry.h"
 
 #include <fcntl.h>
@@ -282,6 +283,23 @@ int server_take_offer(struct server *sv, const union clc_msg *m, int fds[OFFER_F
 	return server_install(sv, &p);
 }
 
+/*
+ * May our TCP socket go to the rendezvous that user @owner bound?  Anyone
+ * may bind one under any tuple's name: another user's only when the
+ * kernel says that user owns the client's end of this connection.
+ */
+static int server_rendezvous_owner(const struct server *sv, uid_t owner)
+{
+	uid_t uid;
+
+	if (!config_uid_allowed(&cfg, owner))
+		return R_DIFF_USER;
+	if (owner == 0 || config_uid_trusted(&cfg, owner))
+		return R_NONE;
+	return peerinfo_tcp_uid(&sv->peer, &sv->local, &uid) == 0 && uid == owner ?
+	       R_NONE : R_UNVERIFIED;
+}
+
 /* ---- accept(): an offer in our inbox, a rendezvous, or plain TCP -------- */
 
 int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t peer_len)
@@ -329,9 +347,8 @@ int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t
 	if (sv.rendezvous < 0)
 		return server_fallback(&sv, R_PEER_NO_SMCLO);
 	sv.netns = proof_netns_cookie(fd);
-	/* our TCP socket goes there: only to a user we may attach to */
-	rc = config_uid_allowed(&cfg, owner) ? server_handshake(&sv) :
-	     server_decline(&sv, R_DIFF_USER);
+	rc = server_rendezvous_owner(&sv, owner);
+	rc = rc == R_NONE ? server_handshake(&sv) : server_decline(&sv, rc);
 	sys_close(sv.rendezvous);
 	return rc;
 }

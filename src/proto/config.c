@@ -42,7 +42,12 @@ int config_parse_size(const char *s, uint64_t *out)
 void config_default_dir(char *out, size_t len)
 {
 	/* tmpfs, so registry files and rings never touch a disk */
-	snprintf(out, len, "/dev/shm/smclo-%u", (unsigned)getuid());
+	snprintf(out, len, "%s", SMCLO_SHARED_DIR);
+}
+
+void config_private_dir(char *out, size_t len)
+{
+	snprintf(out, len, "%s-%u", SMCLO_SHARED_DIR, (unsigned)geteuid());
 }
 
 static int env_flag(const char *name, int dflt, int *out, char *err, size_t errlen)
@@ -95,23 +100,29 @@ static int env_int(const char *name, int dflt, int lo, int hi, int *out, char *e
 	return 0;
 }
 
+/*
+ * SMCLO_ALLOW_UIDS: unset or '*', peers of any user (each proving what the
+ * kernel can vouch for, docs/security.md); "self", this user's only; a
+ * list, this user's and the listed users', whom we also trust as our own.
+ */
 static int env_uids(struct smclo_config *c, char *err, size_t errlen)
 {
 	const char *v = getenv("SMCLO_ALLOW_UIDS");
 	char buf[256], *tok, *save;
 
-	if (!v || !*v)
+	c->allow_any_uid = 1;
+	if (!v || !*v || strcmp(v, "*") == 0)
 		return 0;
-	if (strcmp(v, "*") == 0) {
-		c->allow_any_uid = 1;
+	c->allow_any_uid = 0;
+	if (strcmp(v, "self") == 0)
 		return 0;
-	}
 	snprintf(buf, sizeof(buf), "%s", v);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		char *end;
 		long u = strtol(tok, &end, 10);
-		if (*end || u < 0 || c->n_allow_uids == SMCLO_MAX_ALLOW_UIDS) {
-			snprintf(err, errlen, "SMCLO_ALLOW_UIDS=%s: expected '*' or up to %d "
+		if (!isdigit((unsigned char)*tok) || *end || u < 0 || u > 0x7fffffffL ||
+		    c->n_allow_uids == SMCLO_MAX_ALLOW_UIDS) {
+			snprintf(err, errlen, "SMCLO_ALLOW_UIDS=%s: expected '*', 'self' or up to %d "
 			         "comma-separated user ids", v, SMCLO_MAX_ALLOW_UIDS);
 			return -1;
 		}
@@ -154,12 +165,17 @@ int config_load(struct smclo_config *c, char *err, size_t errlen)
 	return 0;
 }
 
-int config_uid_allowed(const struct smclo_config *c, uid_t uid)
+int config_uid_trusted(const struct smclo_config *c, uid_t uid)
 {
-	if (uid == getuid() || c->allow_any_uid)
+	if (uid == geteuid())
 		return 1;
 	for (int i = 0; i < c->n_allow_uids; i++)
 		if (c->allow_uids[i] == uid)
 			return 1;
 	return 0;
+}
+
+int config_uid_allowed(const struct smclo_config *c, uid_t uid)
+{
+	return c->allow_any_uid || config_uid_trusted(c, uid);
 }

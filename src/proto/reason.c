@@ -28,6 +28,8 @@ static const struct {
 	[R_EXEC_NO_SMCLO]   = { "exec-no-smclo", "handed to a program that cannot load smclo: reset" },
 	[R_HANDOVER_LOST]   = { "handover-lost", "handed over on exec, but its state did not arrive: reset" },
 	[R_EPOLL_EARLY]     = { "epoll-before-connect", "registered in epoll before connect(): kept on TCP" },
+	[R_UNVERIFIED]      = { "unverified-user", "the other end's user not shown to own its TCP socket" },
+	[R_PRIVATE_REGISTRY] = { "private-registry", "only this user's registry (the shared one is unusable)" },
 };
 
 const char *reason_id(int r)

@@ -31,6 +31,10 @@ enum smclo_reason {
 	R_HANDOVER_LOST,       /* handed over, but its state did not reach the new program: reset */
 	R_EPOLL_EARLY,         /* in an epoll set before connect(): the registration would not
 	                          follow the switch (it names the TCP socket) */
+	R_UNVERIFIED,          /* a listener entry or rendezvous of a user the kernel does not
+	                          say owns the listening socket or the client's end */
+	R_PRIVATE_REGISTRY,    /* no listener in this user's own registry, used because the
+	                          host's shared one is missing or not root's */
 	R_COUNT
 };
 

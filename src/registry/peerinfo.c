@@ -95,7 +95,7 @@ static void unix_peer_of(const void *msg, size_t len, void *arg)
 			*(unsigned long *)arg = *(const uint32_t *)RTA_DATA(a);
 }
 
-unsigned long peerinfo_unix_peer_ino(int sock)
+unsigned long peerinfo_unix_peer_of(unsigned long ino)
 {
 	struct {
 		struct nlmsghdr nh;
@@ -106,15 +106,32 @@ unsigned long peerinfo_unix_peer_ino(int sock)
 		.req = { .sdiag_family = AF_UNIX, .udiag_states = ~0u, .udiag_show = UDIAG_SHOW_PEER,
 		         .udiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } },
 	};
-	struct stat st;
 	long buf[1024];
 	unsigned long peer = 0;
 
-	if (fstat(sock, &st) < 0)
-		return 0;
-	q.req.udiag_ino = (unsigned)st.st_ino;
-	diag_query(&q, sizeof(q), buf, sizeof(buf), unix_peer_of, &peer);
+	q.req.udiag_ino = (unsigned)ino;
+	if (ino)
+		diag_query(&q, sizeof(q), buf, sizeof(buf), unix_peer_of, &peer);
 	return peer;
+}
+
+unsigned long peerinfo_unix_peer_ino(int sock)
+{
+	struct stat st;
+
+	return fstat(sock, &st) < 0 ? 0 : peerinfo_unix_peer_of(st.st_ino);
+}
+
+int peerinfo_uid(int pid, uid_t *uid)
+{
+	char path[32];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d", pid);
+	if (pid <= 0 || stat(path, &st) < 0)
+		return -1;
+	*uid = st.st_uid;
+	return 0;
 }
 
 /* A sock_diag address as an endpoint (IPv4 ones v4-mapped). */
@@ -205,6 +222,51 @@ const struct peerinfo_tcp *peerinfo_tcp_by_ends(const struct peerinfo_tcp *list,
 		if (ep_equal(&list[i].local, local) && ep_equal(&list[i].remote, remote))
 			return &list[i];
 	return NULL;
+}
+
+/* A sock_diag address from an endpoint; the family both ends share. */
+static void diag_of_ep(const struct ep *e, int family, __be32 addr[4], __be16 *port)
+{
+	if (family == AF_INET)
+		memcpy(addr, e->ip + 12, 4);
+	else
+		memcpy(addr, e->ip, 16);
+	*port = htons(e->port);
+}
+
+static void tcp_uid_of(const void *msg, size_t len, void *arg)
+{
+	const struct inet_diag_msg *m = msg;
+	struct { uid_t uid; int found; } *out = arg;
+
+	if (len >= sizeof(*m)) {
+		out->uid = (uid_t)m->idiag_uid;
+		out->found = 1;
+	}
+}
+
+int peerinfo_tcp_uid(const struct ep *local, const struct ep *remote, uid_t *uid)
+{
+	struct {
+		struct nlmsghdr nh;
+		struct inet_diag_req_v2 req;
+	} q = {
+		.nh = { .nlmsg_len = sizeof(q), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+		        .nlmsg_flags = NLM_F_REQUEST },
+		.req = { .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~0u,
+		         .id = { .idiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } } },
+	};
+	struct { uid_t uid; int found; } out = { 0, 0 };
+	long buf[512];
+
+	/* an IPv4 look-up also finds an IPv6 socket that takes IPv4 (not V6ONLY) */
+	q.req.sdiag_family = ep_is_v4(local) ? AF_INET : AF_INET6;
+	diag_of_ep(local, q.req.sdiag_family, q.req.id.idiag_src, &q.req.id.idiag_sport);
+	diag_of_ep(remote, q.req.sdiag_family, q.req.id.idiag_dst, &q.req.id.idiag_dport);
+	if (diag_query(&q, sizeof(q), buf, sizeof(buf), tcp_uid_of, &out) < 0 || !out.found)
+		return -1;
+	*uid = out.uid;
+	return 0;
 }
 
 unsigned long peerinfo_fd_ino(int pid, int fd)

@@ -13,9 +13,14 @@
 #include "addr.h"
 
 #include <stddef.h>
+#include <sys/types.h>
 
 /* The inode of the socket at the other end of unix socket @sock; 0 if unknown. */
 unsigned long peerinfo_unix_peer_ino(int sock);
+/* The same for the unix socket of inode @ino. */
+unsigned long peerinfo_unix_peer_of(unsigned long ino);
+/* The user process @pid runs as (the owner of /proc/<pid>); -1 if gone. */
+int peerinfo_uid(int pid, uid_t *uid);
 
 /* A TCP socket of this network namespace: its inode and both ends. */
 struct peerinfo_tcp {
@@ -35,6 +40,16 @@ const struct peerinfo_tcp *peerinfo_tcp_by_ino(const struct peerinfo_tcp *list, 
 /* The socket of @list with these ends (the other end of a connection: swap them). */
 const struct peerinfo_tcp *peerinfo_tcp_by_ends(const struct peerinfo_tcp *list, int n,
                                                 const struct ep *local, const struct ep *remote);
+
+/*
+ * The user the kernel says owns the TCP socket of this network namespace
+ * that a segment from @remote to @local would reach: the connection with
+ * these ends, or else the listener on @local (give @remote port 0 to ask
+ * for the listener alone).  One exact sock_diag look-up, no dump.  0 and
+ * *@uid set, or -1 if there is no such socket or the kernel could not be
+ * asked.
+ */
+int peerinfo_tcp_uid(const struct ep *local, const struct ep *remote, uid_t *uid);
 
 /* The inode of the socket descriptor @fd of process @pid holds; 0 if none or not readable. */
 unsigned long peerinfo_fd_ino(int pid, int fd);

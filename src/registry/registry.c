@@ -3,6 +3,8 @@
  */
 #include "registry.h"
 
+#include "config.h"
+#include "peerinfo.h"
 #include "sys.h"
 
 #include <dirent.h>
@@ -116,14 +118,12 @@ static int registry_subdir_make(int dfd, const char *sub, const struct stat *st)
 	return 0;
 }
 
-int registry_open(const char *dir, int is_default, char *err, size_t errlen)
+/* Open @dir, a registry directory made (or checked) already, with its subdirectories. */
+static int registry_open_dir(const char *dir, char *err, size_t errlen)
 {
 	struct stat st;
-	int dfd;
+	int dfd = open(dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 
-	if (mkdir_checked(dir, 0700, is_default, err, errlen) < 0)
-		return -1;
-	dfd = open(dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
 	if (dfd < 0 || fstat(dfd, &st) < 0) {
 		snprintf(err, errlen, "registry %s: %s", dir, strerror(errno));
 		if (dfd >= 0)
@@ -141,6 +141,95 @@ int registry_open(const char *dir, int is_default, char *err, size_t errlen)
 		}
 	}
 	return dfd;
+}
+
+static char private_why[160];
+
+const char *registry_private_why(void)
+{
+	return private_why[0] ? private_why : NULL;
+}
+
+/*
+ * Is @path (relative to @dfd, or @dfd itself for "") as the shared registry
+ * must be: a directory of root's, everyone's to write in, sticky - so
+ * nobody but root and a file's owner removes or renames what is in it.  A
+ * directory another user made could be emptied or rearranged by that user.
+ */
+static int shared_dir_ok(int dfd, const char *path)
+{
+	struct stat st;
+
+	return fstatat(dfd, path, &st, AT_SYMLINK_NOFOLLOW | (*path ? 0 : AT_EMPTY_PATH)) == 0 &&
+	       S_ISDIR(st.st_mode) && st.st_uid == 0 && (st.st_mode & 07777) == 01777;
+}
+
+/*
+ * Root makes the shared registry and its subdirectories; nobody else may.
+ * The mode is set after mkdir, which the umask would cut; a directory left
+ * at 0700 by a failed chmod is removed again, never left for others.
+ */
+static void shared_mkdir(int dfd, const char *path)
+{
+	if (mkdirat(dfd, path, 0700) == 0 && fchmodat(dfd, path, 01777, 0) < 0)
+		unlinkat(dfd, path, AT_REMOVEDIR);
+}
+
+static void shared_make(const char *dir)
+{
+	int dfd;
+
+	if (geteuid() != 0)
+		return;
+	shared_mkdir(AT_FDCWD, dir);
+	dfd = open(dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0)
+		return;
+	for (size_t i = 0; i < sizeof(subdirs) / sizeof(subdirs[0]); i++)
+		shared_mkdir(dfd, subdirs[i]);
+	close(dfd);
+}
+
+/* The shared registry, checked throughout; -1 with private_why set if unusable. */
+static int registry_open_shared(char *err, size_t errlen)
+{
+	int dfd, ok;
+
+	shared_make(SMCLO_SHARED_DIR);
+	dfd = open(SMCLO_SHARED_DIR, O_DIRECTORY | O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0) {
+		snprintf(private_why, sizeof(private_why), "%s: %s (root makes it: smclo.conf in "
+		         "tmpfiles.d)", SMCLO_SHARED_DIR, strerror(errno));
+		return -1;
+	}
+	ok = shared_dir_ok(dfd, "");
+	for (size_t i = 0; ok && i < sizeof(subdirs) / sizeof(subdirs[0]); i++)
+		ok = shared_dir_ok(dfd, subdirs[i]);
+	close(dfd);
+	if (!ok) {
+		snprintf(private_why, sizeof(private_why), "%s: it and its subdirectories must be "
+		         "root's with mode 1777", SMCLO_SHARED_DIR);
+		return -1;
+	}
+	return registry_open_dir(SMCLO_SHARED_DIR, err, errlen);
+}
+
+int registry_open(const char *dir, int is_default, char *err, size_t errlen)
+{
+	char own[sizeof(SMCLO_SHARED_DIR) + 16];
+	int dfd;
+
+	private_why[0] = '\0';
+	if (!is_default)
+		return mkdir_checked(dir, 0700, 0, err, errlen) < 0 ? -1 :
+		       registry_open_dir(dir, err, errlen);
+	if ((dfd = registry_open_shared(err, errlen)) >= 0)
+		return dfd;
+	/* this user's own, where only this user's peers are found */
+	config_private_dir(own, sizeof(own));
+	if (mkdir_checked(own, 0700, 1, err, errlen) < 0)
+		return -1;
+	return registry_open_dir(own, err, errlen);
 }
 
 int registry_entry_path(char out[REGISTRY_PATH_MAX], const char *sub, const char *name)
@@ -252,21 +341,32 @@ void registry_lock_remove(int dirfd, const char *sub, int lock)
 	sys_close(lock);        /* smclo's own (hidden): not through close(), which keeps those */
 }
 
-int registry_is_locked(int dirfd, const char *sub, const char *name)
+/* 1 if locked, 0 if not, -1 if gone; *@owner (if given) the file's owner. */
+static int entry_locked(int dirfd, const char *sub, const char *name, uid_t *owner)
 {
 	char path[REGISTRY_PATH_MAX];
 	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	struct stat st;
 	int fd;
 
 	if (registry_entry_path(path, sub, name) < 0)
 		return -1;      /* no such entry can exist */
-	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && owner)
+		return -1;      /* whose it is cannot be told: as if gone */
 	if (fd < 0)
 		return errno == ENOENT ? -1 : 1;   /* unreadable: assume alive, never remove it */
+	if (owner)
+		*owner = fstat(fd, &st) == 0 ? st.st_uid : (uid_t)-1;
 	if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
 		fl.l_type = F_UNLCK;
 	close(fd);
 	return fl.l_type != F_UNLCK;
+}
+
+int registry_is_locked(int dirfd, const char *sub, const char *name)
+{
+	return entry_locked(dirfd, sub, name, NULL);
 }
 
 uint64_t registry_random64(void)
@@ -327,15 +427,43 @@ struct find_state {
 	uint64_t my_netns;
 	struct listener_info *info;
 	int inboxes_seen;       /* live same-namespace entries, for exclusivity */
+	int untrusted;          /* live entries whose writer could not be vouched for */
+	int listener_uid_known; /* 1: listener_uid from the kernel; -1: none to be had */
+	uid_t listener_uid;
 };
 
-/* Is the entry still held by its owner?  Removes it if not. */
-static int entry_alive(int dirfd, const char *sub, const char *name)
+/* Is the entry still held by its owner (*@owner)?  Removes it if not. */
+static int entry_alive(int dirfd, const char *sub, const char *name, uid_t *owner)
 {
-	if (registry_is_locked(dirfd, sub, name) == 1)
+	int locked = entry_locked(dirfd, sub, name, owner);
+
+	if (locked == 1)
 		return 1;
-	registry_entry_remove(dirfd, sub, name);        /* its owner is gone */
+	if (locked == 0)
+		registry_entry_remove(dirfd, sub, name);        /* its owner is gone */
 	return 0;
+}
+
+/*
+ * May a client believe an entry @owner wrote?  Root's and a trusted user's,
+ * yes; another user's only if the kernel says that user owns the socket
+ * listening at the destination in our namespace - anyone may write an
+ * entry, and an offer carries the client's first bytes and its socket.
+ */
+static int entry_trusted(struct find_state *f, uid_t owner, enum listener_match m)
+{
+	struct ep any = { 0 };
+
+	if (owner == 0 || config_uid_trusted(&cfg, owner))
+		return 1;
+	if (m != LM_SAME_NETNS || !config_uid_allowed(&cfg, owner))
+		return 0;
+	if (!f->listener_uid_known) {
+		if (ep_is_v4(f->dst))
+			any.ip[10] = any.ip[11] = 0xff;
+		f->listener_uid_known = peerinfo_tcp_uid(f->dst, &any, &f->listener_uid) == 0 ? 1 : -1;
+	}
+	return f->listener_uid_known == 1 && f->listener_uid == owner;
 }
 
 /*
@@ -343,19 +471,35 @@ static int entry_alive(int dirfd, const char *sub, const char *name)
  * the same inbox (a fork child or a second listening socket adds an entry
  * of its own).
  */
-static void note_inbox(struct find_state *f, const struct listener_name *l)
+static void note_inbox(struct find_state *f, const struct listener_name *l, uid_t owner)
 {
 	struct listener_info *i = f->info;
 
 	if (f->inboxes_seen++ == 0) {
 		i->offer = l->offer;
 		i->pid = l->pid;
+		i->owner = owner;
 		i->exclusive = l->offer.inbox != 0;
-	} else if (l->offer.inbox != i->offer.inbox || l->pid != i->pid) {
+	} else if (l->offer.inbox != i->offer.inbox || l->pid != i->pid || owner != i->owner) {
 		i->exclusive = 0;
 	} else if (l->offer.direct != i->offer.direct) {
 		i->offer.direct = 0;    /* the listener is changing its mind: use TCP */
 	}
+}
+
+static enum listener_match match_kind(const struct find_state *f, const struct listener_name *l)
+{
+	enum listener_match m;
+
+	if (!ep_covers(&l->ip, f->dst, (l->flags & LISTEN_F_V6ONLY) != 0))
+		return LM_ELSEWHERE;
+	if (l->netns == f->my_netns)
+		m = (l->flags & LISTEN_F_DEFER) ? LM_DEFER : LM_SAME_NETNS;
+	else if (ep_is_loopback(f->dst))
+		return LM_ELSEWHERE;    /* loopback never leaves our namespace */
+	else
+		m = (l->flags & LISTEN_F_DEFER) ? LM_DEFER : LM_OTHER_NETNS;
+	return (l->flags & LISTEN_F_UNREACHABLE) ? LM_UNREACHABLE : m;
 }
 
 static int match_listener(int dirfd, const char *sub, const char *name, void *arg)
@@ -363,26 +507,29 @@ static int match_listener(int dirfd, const char *sub, const char *name, void *ar
 	struct find_state *f = arg;
 	struct listener_name l;
 	enum listener_match m;
+	uid_t owner;
 
 	if (parse_listener_name(name, &l) < 0 || l.port != f->dst->port)
 		return 0;
-	if (!ep_covers(&l.ip, f->dst, (l.flags & LISTEN_F_V6ONLY) != 0))
-		m = LM_ELSEWHERE;
-	else if (l.netns == f->my_netns)
-		m = (l.flags & LISTEN_F_DEFER) ? LM_DEFER : LM_SAME_NETNS;
-	else if (ep_is_loopback(f->dst))
-		m = LM_ELSEWHERE;   /* loopback never leaves our namespace */
-	else
-		m = (l.flags & LISTEN_F_DEFER) ? LM_DEFER : LM_OTHER_NETNS;
-	if (m > LM_ELSEWHERE && (l.flags & LISTEN_F_UNREACHABLE))
-		m = LM_UNREACHABLE;
+	m = match_kind(f, &l);
+	/* an untrusted entry still says another process accepts here (so the
+	 * client will not offer to one inbox), but never that one is there */
+	if (m == LM_SAME_NETNS || m == LM_OTHER_NETNS) {
+		if (!entry_alive(dirfd, sub, name, &owner))
+			return 0;
+		if (!entry_trusted(f, owner, m)) {
+			f->untrusted++;
+			m = LM_UNVERIFIED;
+		}
+	}
 	if (m < f->info->m || (m == f->info->m && m != LM_SAME_NETNS))
 		return 0;
-	if (m > LM_ELSEWHERE && !entry_alive(dirfd, sub, name))
+	if (m > LM_ELSEWHERE && m != LM_SAME_NETNS && m != LM_OTHER_NETNS && m != LM_UNVERIFIED &&
+	    !entry_alive(dirfd, sub, name, &owner))
 		return 0;
 	f->info->m = m;
 	if (m == LM_SAME_NETNS)
-		note_inbox(f, &l);
+		note_inbox(f, &l, owner);
 	return 0;
 }
 
@@ -494,8 +641,8 @@ void registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns,
 		info->m = LM_UNREACHABLE;
 	if (counted && info->m == LM_NONE)
 		port_note_unlistened(dst->port, added);
-	if (info->m != LM_SAME_NETNS)
-		info->exclusive = 0;    /* the acceptor may be in another namespace */
+	if (info->m != LM_SAME_NETNS || f.untrusted)
+		info->exclusive = 0;    /* the acceptor may be in another namespace, or another's */
 	/* our own scan may have removed dead entries: look at l/ again */
 	if (have_mtime && fstatat(dirfd, "l", &st, 0) == 0 &&
 	    scan_start - (st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec) > LOOKUP_QUIET_NS) {

@@ -37,8 +37,15 @@
 int registry_entry_path(char out[REGISTRY_PATH_MAX], const char *sub, const char *name);
 void registry_entry_remove(int dirfd, const char *sub, const char *name);
 
-/* Open (creating if needed) the registry; returns a directory fd or -1. */
+/*
+ * Open (creating if needed) the registry @dir; returns a directory fd or -1.
+ * The default (@is_default) is the host's shared registry, SMCLO_SHARED_DIR,
+ * if it is root's and sticky throughout (root makes it when missing), and
+ * otherwise this user's own (config_private_dir, 0700): then only this
+ * user's peers are found, and registry_private_why() says why.
+ */
 int registry_open(const char *dir, int is_default, char *err, size_t errlen);
+const char *registry_private_why(void);     /* NULL: not on the private fallback */
 
 /* 64 random bits (getrandom, else pid and time): names, not secrets. */
 uint64_t registry_random64(void);
@@ -102,6 +109,8 @@ int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsi
 enum listener_match {
 	LM_NONE,          /* nothing listens on the port through smclo */
 	LM_ELSEWHERE,     /* something does, but not at this address / namespace */
+	LM_UNVERIFIED,    /* it does, but the entry's writer is not the listening socket's
+	                     owner: anyone may write an entry (registry_listener_find) */
 	LM_SAME_NETNS,
 	LM_OTHER_NETNS,
 	LM_DEFER,         /* it does, with TCP_DEFER_ACCEPT */
@@ -114,8 +123,15 @@ struct listener_info {
 	 * (and offer.direct, when every entry names that one) */
 	int exclusive;
 	int pid;
+	uid_t owner;            /* who wrote its entry, and so made its inbox */
 	struct listener_offer offer;
 };
+/*
+ * What the live entries for @dst say.  Another user's entry counts as an
+ * acceptor only when the kernel says that user owns the listening socket
+ * (sock_diag, in our namespace); root's and trusted users' always do
+ * (config_uid_trusted).
+ */
 void registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns,
                             struct listener_info *info);
 /* A live listener entry, as `smclo stat --listening` lists it. */

@@ -122,6 +122,42 @@ class Registry:
         return sorted(p.name for p in d.iterdir()) if d.exists() else []
 
 
+def default_env():
+    """The environment with none of smclo's settings: its defaults."""
+    env = dict(os.environ)
+    for k in [k for k in env if k.startswith("SMCLO_")]:
+        del env[k]
+    return env
+
+
+class DefaultRegistry(Registry):
+    """The host's shared registry, /dev/shm/smclo, as programs find it with
+    smclo's defaults (no SMCLO_DIR, no SMCLO_ALLOW_UIDS).  Its totals are
+    every user's together; stats() gives what they grew by since this
+    object was made (tests run one at a time).  Made by root (`smclo stats`),
+    as tmpfiles.d or any root program under smclo makes it on a host."""
+
+    def __init__(self):
+        self.path = Path("/dev/shm/smclo")
+        self.env = default_env()
+        self.base = self.raw()
+        assert self.base["registry"] == str(self.path), self.base
+
+    def raw(self):
+        out = subprocess.run([SMCLO, "stats", "--json"], env=self.env, check=True,
+                             capture_output=True, text=True, timeout=60).stdout
+        return json.loads(out)
+
+    def stats(self):
+        now = self.raw()
+        for k, v in now.items():
+            if isinstance(v, int) and k != "since":
+                now[k] = v - self.base[k]
+        now["fallback_by_reason"] = {k: v - self.base["fallback_by_reason"].get(k, 0)
+                                     for k, v in now["fallback_by_reason"].items()}
+        return now
+
+
 class Procs:
     def __init__(self):
         self.procs = []
@@ -159,6 +195,11 @@ class Procs:
 def reg(tmp_path):
     d = tmp_path / "registry"
     return Registry(d)
+
+
+@pytest.fixture
+def default_reg():
+    return DefaultRegistry()
 
 
 @pytest.fixture

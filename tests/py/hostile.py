@@ -29,6 +29,12 @@ ATTACK (server): pool-valid    - hand over a sealed pool, then one honest
                  inbox-junk   - set the offer word to a value that decides nothing
                  direct-silent - pose as a listener taking connections without
                                  TCP, read the offer and never decide it
+                 forge:SECONDS - another user's port: write a live entry for it
+                                 naming inboxes of ours (listening on nothing),
+                                 then count what reaches them
+                 squat:SPORT:SECONDS - bind the rendezvous of the connection
+                                 from 127.0.0.1:SPORT to the port, then count
+                                 what reaches it
 ATTACK (client): unsealed  - CONFIRM with a region that could be shrunk
                  size      - CONFIRM with a region of the wrong size
                  prod      - a valid region, then an impossible producer cursor
@@ -42,6 +48,7 @@ ATTACK (client): unsealed  - CONFIRM with a region that could be shrunk
 import fcntl
 import mmap
 import os
+import select
 import socket
 import struct
 import sys
@@ -95,7 +102,7 @@ def announce_listener(reg, port, ns, inbox=0, direct=0):
     name = "%u.%016x.%s.0.%d.%016x.%016x.%u.%u.%08x" % (port, ns, ip_hex("127.0.0.1"),
                                                         os.getpid(), inbox, direct,
                                                         1 << 16, 1 << 16, 1)
-    fd = os.open(os.path.join(reg, "l", name), os.O_CREAT | os.O_RDWR, 0o600)
+    fd = os.open(os.path.join(reg, "l", name), os.O_CREAT | os.O_RDWR, 0o644)
     fcntl.fcntl(fd, F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
     return fd
 
@@ -162,7 +169,50 @@ def direct_server(reg, port, attack):
     os.close(lock)
 
 
+def forge_server(reg, port, attack):
+    """Claim someone else's listener: an entry for @port naming our inbox and
+    direct inbox; report every message that reaches either."""
+    probe = socket.socket()
+    lock = announce_listener(reg, port, netns(probe), INBOX_ID, DIRECT_ID)
+    boxes = []
+    for ident in (INBOX_ID, DIRECT_ID):
+        boxes.append(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+        path = os.path.join(reg, "i", "%d.%016x" % (os.getpid(), ident))
+        boxes[-1].bind(path)
+        os.chmod(path, 0o777)             # as smclo's own inboxes in a shared registry
+    print("ready", flush=True)
+    count_received(boxes, float(attack.split(":")[1]))
+    os.close(lock)
+
+
+def squat_server(reg, port, attack):
+    """Bind the rendezvous of a connection we are no end of."""
+    _, sport, seconds = attack.split(":")
+    box = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = os.path.join(reg, "p", "%u-%u-%s" % (port, int(sport), ip_hex("127.0.0.1")))
+    box.bind(path)
+    os.chmod(path, 0o777)
+    print("ready", flush=True)
+    count_received([box], float(seconds))
+
+
+def count_received(boxes, seconds):
+    got = fds = 0
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        for b in select.select(boxes, [], [], 0.05)[0]:
+            _, passed, _, _ = socket.recv_fds(b, 4096, 8, socket.MSG_DONTWAIT)
+            got, fds = got + 1, fds + len(passed)
+            for f in passed:
+                os.close(f)
+    print("received", got, "messages", fds, "descriptors", flush=True)
+
+
 def server(reg, port, attack):
+    if attack.startswith("forge:"):
+        return forge_server(reg, port, attack)
+    if attack.startswith("squat:"):
+        return squat_server(reg, port, attack)
     if attack.startswith("inbox-"):
         return inbox_server(reg, port, attack)
     if attack.startswith("direct-"):

@@ -92,8 +92,10 @@ def test_io_uring_peer_declines(reg, procs):
     assert st["fallback_by_reason"]["io-uring"] == 2, st
 
 
-def test_different_user_declined_unless_allowed(shared_dir, procs):
-    """A shared registry, a server as root and a client as nobody."""
+def test_different_user_allowed_unless_restricted(shared_dir, procs):
+    """A shared registry, a server as root and a client as nobody: accelerated
+    by default, declined (and named by both ends) when either side says
+    SMCLO_ALLOW_UIDS=self."""
     assert os.geteuid() == 0, "this test runs a second user and needs root (CI is root)"
     from conftest import Registry
     reg = Registry(shared_dir)
@@ -111,15 +113,21 @@ def test_different_user_declined_unless_allowed(shared_dir, procs):
 
     round_trip(reg.env, reg.env, free_port())
     st = reg.stats()
-    assert st["accelerated"] == 0
-    # the server declines and the client hears why: both ends name the reason
-    assert st["fallback_by_reason"]["different-user"] == 6, st
+    assert st["accelerated_server"] == 3 and st["accelerated_client"] == 3, st
 
-    # each side must allow the other
+    # either side may keep to its own user: both ends name the reason
+    self_only = dict(reg.env, SMCLO_ALLOW_UIDS="self")
+    round_trip(self_only, reg.env, free_port())
+    round_trip(reg.env, self_only, free_port())
+    st = reg.stats()
+    assert st["accelerated"] == 6, st
+    assert st["fallback_by_reason"]["different-user"] == 12, st
+
+    # or name the users it accepts
     round_trip(dict(reg.env, SMCLO_ALLOW_UIDS="65534"), dict(reg.env, SMCLO_ALLOW_UIDS="0"),
                free_port())
     st = reg.stats()
-    assert st["accelerated_server"] == 3 and st["accelerated_client"] == 3, st
+    assert st["accelerated_server"] == 6 and st["accelerated_client"] == 6, st
 
 
 def test_disable(reg, procs):
@@ -149,8 +157,8 @@ def test_bad_configuration_is_reported(reg):
 
 def test_declined_clients_are_named_at_both_ends(shared_dir, procs):
     """A server that waits in accept() (direct-capable) declines a client of
-    another user (the client allows the server's uid, the server does not
-    allow the client's): every connection is TCP with different-user at both
+    another user (the client allows the server's uid, the server keeps to its
+    own, SMCLO_ALLOW_UIDS=self): every connection is TCP with different-user at both
     ends.  A listener that went direct after its first decline counted the
     following connections peer-no-smclo at its end (their declined direct
     offers leave no connection behind to count)."""
@@ -159,7 +167,7 @@ def test_declined_clients_are_named_at_both_ends(shared_dir, procs):
     reg = Registry(shared_dir)
     port = free_port()
     srv = procs.start([SMCLO, "__bench-worker", "server", str(port), "connect", "100", "0"],
-                      reg.env, text=True)
+                      dict(reg.env, SMCLO_ALLOW_UIDS="self"), text=True)
     assert srv.stdout.readline().strip() == "ready"
     r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
                         SMCLO, "run", "--", SMCLO, "__bench-worker", "client", str(port),

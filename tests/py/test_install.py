@@ -1,6 +1,6 @@
 """`make install` into a temporary DESTDIR with a PREFIX, as a packager
-stages it: the command, library, man page and smclo.pc land in their
-places; the installed `smclo run` uses the installed library (not the build
+stages it: the command, library, man page, smclo.pc and the tmpfiles.d
+entry of the shared registry land in their places; the installed `smclo run` uses the installed library (not the build
 tree) and says so with -v; redis-server and redis-benchmark run through the
 installed tree, accelerated; `make uninstall` removes every file again."""
 import json
@@ -48,6 +48,15 @@ def test_install_run_redis_uninstall(tmp_path, procs):
         assert "prefix=%s\n" % PREFIX in pctext, pctext
         assert "Version: %s\n" % project_version() in pctext, pctext
         assert "preloadlib=${libdir}/libsmclo.so" in pctext, pctext
+        # the shared registry as systemd-tmpfiles makes it at boot
+        assert "lib/tmpfiles.d/smclo.conf" in files, files
+        boot = tmp_path / "boot"
+        (boot / "dev/shm").mkdir(parents=True)
+        subprocess.run(["systemd-tmpfiles", "--root=%s" % boot, "--create",
+                        str(root / "lib/tmpfiles.d/smclo.conf")], check=True, timeout=30)
+        for sub in ("", "c", "h", "i", "l", "p", "t"):
+            st = os.stat(boot / "dev/shm/smclo" / sub)
+            assert st.st_uid == 0 and st.st_mode & 0o7777 == 0o1777, sub
 
         smclo = str(root / "bin/smclo")
         r = subprocess.run([smclo, "--version"], capture_output=True, text=True, timeout=30)

@@ -142,6 +142,16 @@ BUGS = {}
 #   AcceptFilter): the kernel wakes the server only at the client's first
 #   bytes, so a client waiting for the handshake would stall; its entry is made
 #   again saying so (hs_listener_defers) and clients take TCP at once.
+# * user-accept, user-epoll, user-prefork: the server a service user's from the
+#   start (nobody; memcached, redis and mosquitto run so), root's client, a
+#   registry every user may use (as the default one, /dev/shm/smclo): the
+#   client believes the service's entries because the kernel names nobody as
+#   the listening socket's owner (sock_diag; docs/security.md), so every path
+#   is as for root's own server.
+# * setuid-shared: setuid to nobody after listen(), in such a registry: the
+#   entry made before the drop (root's, believed) stays; the listener never
+#   goes direct, since an entry nobody made now names a user who does not
+#   own the socket (listener_entry_believed): the inbox handshake instead.
 # * rlimit-64: 50 connections need 50 of 64 descriptors on TCP; smclo must not
 #   make accept()/connect() fail with EMFILE where TCP would not ("fits").
 #   rlimit-256: everything fits; the client holds all 50 open at once, so offers
@@ -175,6 +185,10 @@ subprocess-cat     direct         inbox          rendezvous      tcp
 system-cat         direct         inbox          rendezvous      tcp
 defer-after-listen defer          defer          defer           tcp
 setuid             no-registry    no-registry    no-registry     tcp
+setuid-shared      inbox          inbox          rendezvous      tcp
+user-accept        direct         inbox          rendezvous      tcp
+user-epoll         inbox          inbox          rendezvous      tcp
+user-prefork       rendezvous     rendezvous     rendezvous      tcp
 setgid             direct         inbox          rendezvous      tcp
 chroot             no-registry    no-registry    no-registry     tcp
 daemon-close       direct         inbox          rendezvous      tcp
@@ -220,6 +234,15 @@ CLIENT_OPTS = {
     "rlimit-64": ["--hold", "--rlimit", "64"],
     "rlimit-256": ["--hold", "--rlimit", "256"],
 }
+
+
+# rows run in a registry every user may use, their server as another user
+# from the start (USER_ROWS) or dropping to one (setuid-shared)
+USER_ROWS = {"user-accept": "accept", "user-epoll": "epoll-lt", "user-prefork": "prefork"}
+SERVER_FOR.update({"setuid-shared": "setuid"}, **USER_ROWS)
+SHARED_ROWS = set(USER_ROWS) | {"setuid-shared"}
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+PY3 = "/usr/bin/python3"        # pytest's python may sit where only root reads
 
 
 def conns_for(pattern):
@@ -353,17 +376,26 @@ def daemon_alive(work):
 
 # ---- the matrix -------------------------------------------------------
 
+def server_cmd(pattern, port, work):
+    cmd = [SERVER, SERVER_FOR.get(pattern, pattern), str(port), str(work)]
+    return AS_NOBODY + [PY3] + cmd if pattern in USER_ROWS else [PY] + cmd
+
+
 @pytest.mark.parametrize("pattern,path,mode", list(cell_params()))
-def test_cell(pattern, path, mode, reg, procs, tmp_path):
+def test_cell(pattern, path, mode, reg, shared_dir, procs, tmp_path):
     n = conns_for(pattern)
+    if pattern in SHARED_ROWS:
+        reg = Registry(shared_dir)
+        tmp_path = Path(shared_dir) / "cell"        # one nobody may reach (pytest's is 0700)
+        tmp_path.mkdir(mode=0o755)
     work = tmp_path / "work"
     work.mkdir()
+    os.chmod(work, 0o777)
     errfile = tmp_path / "server.err"
     senv, cenv = path_envs(reg, path)
     port = free_port()
     with open(errfile, "w") as err:
-        srv = procs.start([PY, SERVER, SERVER_FOR.get(pattern, pattern), str(port), str(work)],
-                          env=senv, stderr=err)
+        srv = procs.start(server_cmd(pattern, port, work), env=senv, stderr=err)
     try:
         lines = Lines(srv).until(lambda l: "ready" in l, 15)
         assert "ready" in lines, "server did not start: %s\n%s" % (lines, tail(errfile))
@@ -523,6 +555,8 @@ ECHO_START_BYTES = 4 * 4096         # matrix_kill.py echo_start(): ROUNDS x CHUN
 # defer-after-listen is left out: a client that waits without sending is
 # never accepted by a deferring listener, with or without smclo (TCP's own)
 KILL_PATTERN_ROWS = [p for p in MATRIX if p not in SERVER_FOR and p != "defer-after-listen"]
+# (the user rows' servers are the accept, epoll-lt, prefork and setuid ones,
+# killed in their own rows; the user only changes who may look at them)
 
 
 def session_cats(sid):

@@ -198,7 +198,11 @@ def test_stat_filters(reg, procs):
     assert tcp[0]["peer"] == "127.0.0.1:%d" % pport
     assert tcp[0]["peer_pid"] == ppid
     assert tcp[0]["peer_exe"] == os.readlink("/proc/%d/exe" % ppid)
-    assert all(c["peer_pid"] is None for c in stat(reg, "--shm")["connections"])
+    assert tcp[0]["peer_user"] == "root"
+    # an accelerated one: the process and user at the other end of its socket pair
+    shm = {c["role"]: c for c in stat(reg, "--shm")["connections"]}
+    assert shm["server"]["peer_pid"] == cpid and shm["client"]["peer_pid"] == spid, shm
+    assert shm["server"]["peer_user"] == shm["client"]["peer_user"] == "root", shm
 
     lst = stat(reg, "--listening")
     assert lst["connections"] == []
@@ -212,7 +216,7 @@ def test_stat_filters(reg, procs):
 
     # the table for people: the same filters, the peer named
     human = smclo(reg, "stat", "--tcp").stdout.splitlines()
-    assert len(human) == 2 and "peer has no smclo; peer pid %d " % ppid in human[1], human
+    assert len(human) == 2 and "peer has no smclo; peer root pid %d " % ppid in human[1], human
     human = smclo(reg, "stat", "--listening", "--port", str(sport)).stdout.splitlines()
     assert len(human) == 2 and " listen " in human[1] and "inbox" in human[1], human
     peers.release()

@@ -35,7 +35,11 @@ else:
     env = dict(os.environ)
     if worker == "plain":
         env.pop("LD_PRELOAD", None)
-    subprocess.Popen([sys.executable, "-c", sys.argv[4]], stdin=b, env=env)
+    cmd = [sys.executable, "-c", sys.argv[4]]
+    if worker == "nobody":
+        cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--",
+               "/usr/bin/python3", "-c", sys.argv[4]]
+    subprocess.Popen(cmd, stdin=b, env=env)
 b.close()
 l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind(("127.0.0.1", port)); l.listen(64)
@@ -106,12 +110,19 @@ def test_passed_connection_goes_on_accelerated(reg, procs, worker, copy):
     assert sum(st["fallback_by_reason"].values()) == 0, st
 
 
-def test_receiver_without_smclo_gets_a_reset(reg, procs):
+@pytest.mark.parametrize("worker,reason", [("plain", "exec-no-smclo"),
+                                           ("nobody", "different-user")])
+def test_receiver_that_cannot_take_it_gets_a_reset(reg, procs, worker, reason):
+    """A worker without smclo, or of another user (nobody; it runs smclo
+    too, but a parcel's state chunk would give it the cursors and locks of
+    up to 256 other connections of the dispatcher's: docs/security.md),
+    gets a reset socket, counted under the reason; until connections can go
+    back to TCP losslessly, that is the price."""
     port = free_port()
-    srv = procs.start([PY, "-c", DISPATCHER, str(port), "close", "plain", WORKER], reg.env)
+    srv = procs.start([PY, "-c", DISPATCHER, str(port), "close", worker, WORKER], reg.env)
     wait_port(port, proc=srv)
     r = reg.run([PY, "-c", CLIENT, str(port), "5"], timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["reset"] * 5, r.stdout
     st = reg.stats()
-    assert st["fallback_by_reason"]["exec-no-smclo"] == 5, st
+    assert st["fallback_by_reason"][reason] == 5, st

@@ -104,5 +104,7 @@ void direct_listener_closed(int fd);
 
 /* An entry for listener @fd naming @offer; returns its (hidden) lock, or -1. */
 int listener_register(int fd, const struct listener_offer *offer);
+/* 1 if clients of other users would believe an entry we made now for @fd. */
+int listener_entry_believed(int fd);
 
 #endif
