@@ -37,12 +37,18 @@ static int io_default_is_kept(int fd)
 	return fd >= 0;
 }
 
+static void io_default_swap(int fd)
+{
+}
+
 static const struct io_hooks io_default_hooks = {
 	.thread_sleeps = io_default_thread_sleeps,
 	.rcvtimeo_ms = io_default_rcvtimeo_ms,
 	.keep_fd = io_default_keep_fd,
 	.keep_copy = io_default_keep_copy,
 	.is_kept = io_default_is_kept,
+	.swap_begin = io_default_swap,
+	.swap_end = io_default_swap,
 };
 
 static const struct io_hooks *io_ops = &io_default_hooks;
@@ -65,6 +71,16 @@ int io_keep_fd(int fd)
 int io_keep_copy(int fd, int if_spare)
 {
 	return io_ops->keep_copy(fd, if_spare);
+}
+
+void io_swap_begin(int fd)
+{
+	io_ops->swap_begin(fd);
+}
+
+void io_swap_end(int fd)
+{
+	io_ops->swap_end(fd);
 }
 
 int io_is_kept(int fd)

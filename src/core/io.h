@@ -50,6 +50,11 @@ struct io_hooks {
 	/* is @fd still one smclo keeps (kept with keep_fd, not closed or
 	 * taken over by the program since)? */
 	int (*is_kept)(int fd);
+	/* the switch is about to put another socket at @fd (swap_begin), and
+	 * has (swap_end): epoll registrations made before connect() follow it
+	 * (shim/epoll_early.c) */
+	void (*swap_begin)(int fd);
+	void (*swap_end)(int fd);
 };
 void io_set_hooks(const struct io_hooks *h);
 void io_thread_sleeps(void);
@@ -57,6 +62,8 @@ int io_rcvtimeo_ms(struct conn *c, int fd);
 int io_keep_fd(int fd);
 int io_keep_copy(int fd, int if_spare);
 int io_is_kept(int fd);
+void io_swap_begin(int fd);
+void io_swap_end(int fd);
 
 /* bell.c */
 #define SIDE_SNDBUF 6500    /* the doorbell socket's; the kernel doubles it: ~4 doorbells

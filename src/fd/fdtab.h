@@ -27,6 +27,8 @@
 #define FDF_DIRECT  1024u   /* a listener taking connections without TCP (direct.c) */
 #define FDF_NO_DIRECT 2048u /* a listener that never will (hs_listener_no_direct) */
 #define FDF_TIMEOUTS 4096u  /* SO_RCVTIMEO/SO_SNDTIMEO may be set: ask the kernel (sockopt.c) */
+#define FDF_EPOLL_LOST 8192u /* an epoll registration made before connect() the shim could
+                                not record: it could not follow the switch (R_EPOLL_EARLY) */
 
 /* ...and what the shim's epoll wrappers set and read (epoll_watch.c). */
 #define FDF_EPOLL     16u   /* an epoll instance */
@@ -60,8 +62,8 @@ struct fd_entry {
 	_Atomic uint16_t flags;
 	_Atomic uint16_t kernel_accepts;        /* threads in accept()'s kernel wait (direct.c) */
 	int listen_lock;                /* lock fd of our listener entry, +1 (0 = none) */
-	/* epoll sets a not yet connected TCP socket was added to (shim/epoll.c,
-	 * epoll_ctl): its connection stays on TCP (R_EPOLL_EARLY) */
+	/* epoll sets a not yet connected TCP socket was added to (shim/epoll_early.c):
+	 * its connection is decided inside connect() and never goes direct */
 	_Atomic uint16_t epoll_early;
 	/* a descriptor of smclo's own (fd_hide): the file it names (see fd_is_ours) */
 	_Atomic uint64_t ours_ino;

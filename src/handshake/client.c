@@ -65,8 +65,8 @@ static int client_precheck(struct client *cl)
 	}
 	if (proof_io_uring_in_use())
 		return R_IO_URING;
-	if (fd_epoll_early_count(cl->fd))
-		return R_EPOLL_EARLY;   /* shim/epoll.c, count_epoll_early */
+	if (fd_flags(cl->fd) & FDF_EPOLL_LOST)
+		return R_EPOLL_EARLY;   /* a registration that cannot follow (shim/epoll_early.c) */
 	if (conn_count() >= cfg.max_conns)
 		return R_MAX_BUFFERS;
 	return R_NONE;
@@ -230,12 +230,14 @@ static void client_install(struct client *cl, int s, struct shm_parts *p)
 
 	p->rcvtimeo_ms = sockopt_copy_timeouts(cl->fd, s);
 	tcp = io_keep_copy(cl->fd, 0);
+	io_swap_begin(cl->fd);          /* epoll sets that hold it follow the switch */
 	sys_dup3(s, cl->fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 	fd_forget_ours(s);      /* the program's now, under cl->fd */
 	sys_close(s);
 	if (fl & O_NONBLOCK)            /* the server hands its end over blocking */
 		sys_fcntl(cl->fd, F_SETFL, O_NONBLOCK);
 	install_shm(cl->fd, tcp, ROLE_CLIENT, p, &cl->src, &cl->dst, domain, (fl & O_NONBLOCK) != 0);
+	io_swap_end(cl->fd);
 }
 
 /*
@@ -386,6 +388,7 @@ static void pending_take(int fd, struct conn *c)
 
 	c->sh->rcvtimeo_ms = sockopt_copy_timeouts(fd, c->bell_fd) + 1;
 	c->tcp_fd = io_keep_copy(fd, 0);
+	io_swap_begin(fd);
 	sys_dup3(c->bell_fd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 	fd_forget_ours(c->bell_fd);
 	sys_close(c->bell_fd);
@@ -395,6 +398,7 @@ static void pending_take(int fd, struct conn *c)
 		sys_fcntl(fd, F_SETFL, O_NONBLOCK);
 	atomic_store(&c->sh->nonblock, (fl & O_NONBLOCK) != 0);
 	install_go_lean(c);
+	io_swap_end(fd);
 	stats_slot_decide(totals, c->slot, MODE_SHM, R_NONE);
 	DBG("connect fd %d: shm through the inbox (ring tx %u rx %u)", fd, c->tx_size, c->rx_size);
 }
@@ -535,7 +539,9 @@ static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t 
 		return -1;
 	*rc = client_tcp_connect(cl, sa, len, &timed_out);
 	e = errno;
-	if (*rc == 0 && client_pending(cl, pair[0], &p) == 0)
+	/* a program asleep in an epoll set it added the socket to before
+	 * connect() would wait for a decision nothing makes: decided here */
+	if (*rc == 0 && !fd_epoll_early_count(cl->fd) && client_pending(cl, pair[0], &p) == 0)
 		return 0;
 	/* a connect that failed outright reached no server: nobody can take it */
 	w = *rc == 0 || timed_out ?
@@ -626,7 +632,9 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	reason = client_precheck(&cl);
 	if (reason == R_NONE && cl.listener.exclusive && cfg.inbox) {
 		int rc;
-		if (cl.listener.offer.direct && cfg.direct && client_direct(&cl) == 0)
+		/* without a SYN, a socket in an epoll set would report a hang-up */
+		if (cl.listener.offer.direct && cfg.direct && !fd_epoll_early_count(fd) &&
+		    client_direct(&cl) == 0)
 			return 0;
 		if (client_offer(&cl, sa, len, &rc) == 0)
 			return rc;

@@ -16,6 +16,7 @@
 
 #include "conn.h"
 #include "deferred.h"
+#include "epoll_early.h"
 #include "epoll_watch.h"
 #include "fdtab.h"
 #include "handshake.h"
@@ -32,6 +33,7 @@
 /* Lowest layer last: the order every thread that nests them takes them in. */
 static void runtime_fork_lock_layers(void)
 {
+	epoll_early_fork_lock();        /* shim: registrations made before connect() */
 	epoll_watch_fork_prepare();     /* shim: the epoll sets' table, rings unwatched */
 	spawn_fork_lock();              /* shim: posix_spawn's file actions */
 	hs_fork_lock();                 /* handshake: direct.c's, inbox.c's */
@@ -69,6 +71,7 @@ static void runtime_fork_parent(void)
 	fdfork_parent();
 	runtime_fork_unlock_layers();
 	epoll_watch_fork_parent();
+	epoll_early_fork_unlock();
 }
 
 static void runtime_fork_child(void)
@@ -85,6 +88,7 @@ static void runtime_fork_child(void)
 	runtime_fork_unlock_layers();
 	passfd_fork_child();
 	epoll_watch_fork_child();
+	epoll_early_fork_unlock();
 }
 
 void runtime_fork_register(void)

@@ -17,6 +17,7 @@
 
 #include "config.h"
 #include "deferred.h"
+#include "epoll_early.h"
 #include "epoll_watch.h"
 #include "fdtab.h"
 #include "handover.h"
@@ -46,6 +47,8 @@ static const struct io_hooks runtime_io_hooks = {
 	.keep_fd = fd_hide,
 	.keep_copy = fd_keep_copy,
 	.is_kept = fd_is_hidden,
+	.swap_begin = epoll_early_swap_begin,
+	.swap_end = epoll_early_swap_end,
 };
 
 /* SMCLO_DISABLE ends the start here, quietly (1). */

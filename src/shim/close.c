@@ -5,6 +5,7 @@
  */
 #include "shim.h"
 
+#include "epoll_early.h"
 #include "epoll_watch.h"
 
 #include <linux/close_range.h>
@@ -31,6 +32,8 @@ void shim_forget_fd(int fd)
 		return;
 	if (f & (FDF_WATCHED | FDF_EPOLL))
 		epoll_watch_fd_closed(fd);
+	if ((f & FDF_EPOLL) || fd_epoll_early_count(fd))
+		epoll_early_fd_closed(fd);
 	if (f & FDF_PENDING)
 		hs_resolve_fd(fd);      /* bytes written while undecided must arrive */
 	if (fd_has_conn(fd))

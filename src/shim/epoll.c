@@ -5,6 +5,7 @@
  */
 #include "shim.h"
 
+#include "epoll_early.h"
 #include "epoll_watch.h"
 
 #include <sys/epoll.h>
@@ -33,23 +34,16 @@ EXPORT int epoll_create1(int flags)
 }
 
 /*
- * nginx puts its upstream socket into epoll before connect().  The switch
- * puts the doorbell socket in the descriptor's place, but a registration
- * names the file it was made for (the TCP socket, hidden then): the set
- * would never report the connection again.  Such a socket's connection
- * stays on TCP (R_EPOLL_EARLY, client.c); a registration made after
- * connect() is made on what the switch leaves there (hs_resolve_fd).
+ * nginx puts its upstream socket into epoll before connect(): such
+ * registrations are recorded, to be moved across the switch (epoll_early.c).
+ * A registration made after connect() is made on what the switch leaves
+ * there (hs_resolve_fd, above the real call).
  */
-static void count_epoll_early(int op, int fd)
+static int registered_early(int fd)
 {
 	uint16_t f = fd_flags(fd);
 
-	if ((f & (FDF_TCP | FDF_LISTENING | FDF_PENDING)) != FDF_TCP || fd_has_conn(fd))
-		return;
-	if (op == EPOLL_CTL_ADD)
-		fd_epoll_early(fd, 1);
-	else if (op == EPOLL_CTL_DEL)
-		fd_epoll_early(fd, -1);
+	return (f & (FDF_TCP | FDF_LISTENING | FDF_PENDING)) == FDF_TCP && !fd_has_conn(fd);
 }
 
 EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
@@ -67,7 +61,8 @@ EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 	if (rc == 0 && smclo_active) {
 		epoll_watch_ctl(epfd, op, fd, ev);
-		count_epoll_early(op, fd);
+		if (registered_early(fd))
+			epoll_early_ctl(epfd, op, fd, ev);
 	}
 	return rc;
 }

@@ -123,10 +123,12 @@ BUGS = {}
 #   Counted as for `accept` (the helper's smclo makes the connections).
 # * client-epoll-early (a client pattern, against `accept`): nginx's upstream
 #   connect - the socket goes into an edge-triggered epoll set before
-#   connect(), and every wait is through that set.  The switch cannot take
-#   the registration along (it names the TCP socket), so such a connection
-#   stays on TCP, counted epoll-before-connect at the client (the server,
-#   offered nothing, counts peer-no-smclo).  Accelerated, every wait hung.
+#   connect(), and every wait is through that set.  The switch takes the
+#   registration along (src/shim/epoll_early.c: out of the set before the
+#   dup3, in again after); such a connection is decided inside connect()
+#   and never goes direct (a socket without a SYN would report a hang-up
+#   in the set), so the default path is the inbox.  Before: kept on TCP
+#   (epoll-before-connect); before that, accelerated with every wait hung.
 # * client-api (against `accept`), api-accept, api-fork: the native API
 #   (include/smclo.h) at the client, at the server, and in a fork child whose
 #   parent closed its copy: claims written and peeks read in place, through
@@ -198,7 +200,7 @@ rlimit-256         accel          accel          rendezvous      tcp
 spawn-helper       direct         inbox          rendezvous      tcp
 subprocess-helper  direct         inbox          rendezvous      tcp
 client-fdpass      direct         inbox          rendezvous      tcp
-client-epoll-early epoll-early    epoll-early    epoll-early     tcp
+client-epoll-early inbox          inbox          rendezvous      tcp
 client-api         direct         inbox          rendezvous      tcp
 client-ktls        direct         inbox          rendezvous      tcp
 api-accept         direct         inbox          rendezvous      tcp

@@ -1,0 +1,159 @@
+/*
+ * epoll_early.c - epoll registrations made before connect(), moved across
+ * the switch.
+ *
+ * nginx (and every event loop that opens its upstream connections so) puts
+ * a socket into its epoll set before connect().  A registration names the
+ * file it was made for: when the switch puts the doorbell socket in the
+ * descriptor's place, the set would go on watching the TCP socket, now
+ * hidden and silent, and the program would wait forever.  So each such
+ * registration is recorded here (set, events, data), taken out of its set
+ * just before the switch, while the descriptor still names the TCP socket,
+ * and made again right after on what the descriptor names now
+ * (epoll_early_swap_begin/_end, the io_hooks the handshake calls around its
+ * dup3).  A level-triggered registration reports what is ready at once;
+ * an edge-triggered one gets the first edge a new registration gets.  Any
+ * set that holds the descriptor is moved: sets of this process and sets
+ * shared with fork children alike (the registration is the set's, not the
+ * process's).
+ *
+ * Such a connection never goes pending (handshake/client.c): it is decided
+ * inside connect(), so the program, asleep in its set, never waits for a
+ * decision nothing would make.  A registration that could not be recorded
+ * (no memory) leaves its connection on TCP (FDF_EPOLL_LOST, R_EPOLL_EARLY).
+ */
+#include "epoll_early.h"
+#include "interpose.h"
+
+#include "fdtab.h"
+#include "epoll_watch.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+
+struct early_reg {
+	int fd, epfd;
+	struct epoll_event ev;
+	int moving;                     /* taken out of its set for the switch */
+};
+
+static pthread_mutex_t early_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct early_reg *regs;
+static int n_regs, cap_regs;
+static _Atomic int n_moving;            /* registrations between swap_begin and _end */
+
+static struct early_reg *early_find(int epfd, int fd)
+{
+	for (int i = 0; i < n_regs; i++)
+		if (regs[i].fd == fd && regs[i].epfd == epfd)
+			return &regs[i];
+	return NULL;
+}
+
+static void early_drop(int i)
+{
+	regs[i] = regs[--n_regs];
+}
+
+/* Record ADD or MOD of @fd in @epfd; 0, or -1 when there is no room. */
+static int early_note(int epfd, int fd, const struct epoll_event *ev)
+{
+	struct early_reg *r = early_find(epfd, fd);
+
+	if (!r) {
+		if (n_regs == cap_regs) {
+			int cap = cap_regs ? 2 * cap_regs : 16;
+			struct early_reg *v = realloc(regs, (size_t)cap * sizeof(*v));
+			if (!v)
+				return -1;
+			regs = v;
+			cap_regs = cap;
+		}
+		r = &regs[n_regs++];
+		*r = (struct early_reg){ .fd = fd, .epfd = epfd };
+	}
+	r->ev = ev ? *ev : (struct epoll_event){ 0 };
+	return 0;
+}
+
+void epoll_early_ctl(int epfd, int op, int fd, const struct epoll_event *ev)
+{
+	struct early_reg *r;
+	int lost = 0;
+
+	pthread_mutex_lock(&early_lock);
+	if (op == EPOLL_CTL_DEL) {
+		if ((r = early_find(epfd, fd))) {
+			n_moving -= r->moving;
+			early_drop((int)(r - regs));
+		}
+	} else {
+		lost = early_note(epfd, fd, ev) < 0;
+	}
+	pthread_mutex_unlock(&early_lock);
+	if (op == EPOLL_CTL_ADD)
+		fd_epoll_early(fd, 1);
+	else if (op == EPOLL_CTL_DEL)
+		fd_epoll_early(fd, -1);
+	if (lost)
+		fd_add_flags(fd, FDF_EPOLL_LOST);
+}
+
+void epoll_early_fd_closed(int fd)
+{
+	pthread_mutex_lock(&early_lock);
+	for (int i = n_regs - 1; i >= 0; i--)
+		if (regs[i].fd == fd || regs[i].epfd == fd) {
+			n_moving -= regs[i].moving;
+			early_drop(i);
+		}
+	pthread_mutex_unlock(&early_lock);
+}
+
+void epoll_early_swap_begin(int fd)
+{
+	REAL(epoll_ctl);
+
+	if (!fd_epoll_early_count(fd))
+		return;         /* every connection comes here: most have none */
+	pthread_mutex_lock(&early_lock);
+	for (int i = 0; i < n_regs; i++)
+		if (regs[i].fd == fd) {
+			real_epoll_ctl(regs[i].epfd, EPOLL_CTL_DEL, fd, NULL);
+			regs[i].moving = 1;
+			n_moving++;
+		}
+	pthread_mutex_unlock(&early_lock);
+}
+
+/* The registrations are ordinary ones from now on: forgotten here. */
+void epoll_early_swap_end(int fd)
+{
+	REAL(epoll_ctl);
+
+	if (!n_moving)
+		return;
+	pthread_mutex_lock(&early_lock);
+	for (int i = n_regs - 1; i >= 0; i--) {
+		struct early_reg r = regs[i];
+		if (r.fd != fd || !r.moving)
+			continue;
+		early_drop(i);
+		n_moving--;
+		if (real_epoll_ctl(r.epfd, EPOLL_CTL_ADD, fd, &r.ev) == 0)
+			epoll_watch_ctl(r.epfd, EPOLL_CTL_ADD, fd, &r.ev);
+	}
+	pthread_mutex_unlock(&early_lock);
+	fd_epoll_early(fd, 0);
+}
+
+void epoll_early_fork_lock(void)
+{
+	pthread_mutex_lock(&early_lock);
+}
+
+void epoll_early_fork_unlock(void)
+{
+	pthread_mutex_unlock(&early_lock);
+}

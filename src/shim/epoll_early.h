@@ -1,0 +1,25 @@
+/*
+ * epoll_early.h - epoll registrations made before connect(), moved across
+ * the switch (epoll_early.c has the argument).
+ */
+#ifndef SMCLO_EPOLL_EARLY_H
+#define SMCLO_EPOLL_EARLY_H
+
+#include <sys/epoll.h>
+
+/* After a successful epoll_ctl(@epfd, @op, @fd, @ev) on a TCP socket not yet connected. */
+void epoll_early_ctl(int epfd, int op, int fd, const struct epoll_event *ev);
+/* @fd (a socket, or an epoll set) is being closed: forget its registrations. */
+void epoll_early_fd_closed(int fd);
+/*
+ * io_hooks swap_begin/swap_end: around the handshake's dup3 of the doorbell
+ * socket over @fd, take @fd's recorded registrations out of their sets while
+ * it still names the TCP socket, then make them again on what it names now.
+ */
+void epoll_early_swap_begin(int fd);
+void epoll_early_swap_end(int fd);
+/* Around fork() (runtime/fork.c): first of the shim's locks, before epoll_watch's. */
+void epoll_early_fork_lock(void);
+void epoll_early_fork_unlock(void);
+
+#endif

@@ -1,0 +1,96 @@
+"""A socket put into epoll before connect() (nginx's upstream connections):
+the switch puts the doorbell socket in the descriptor's place, and every
+registration made before follows it (src/shim/epoll_early.c).  Each case:
+the connection accelerated, every wait through the sets woken, bytes exact.
+The test_matrix row client-epoll-early runs nginx's own pattern on every
+handshake path; these are the corners of it."""
+import json
+
+from conftest import PY, free_port, wait_port
+
+PEER = __import__("os").path.join(__import__("os").path.dirname(__file__), "peer.py")
+
+# Registers one socket in several epoll sets before connect(), as told:
+#   lt, et       a set with EPOLLIN|EPOLLOUT (level) / |EPOLLET
+#   closed       a set closed again before connect()
+#   forked       a set a fork child waits in (the registration is the set's)
+# then sends "ping" and waits in every live set for the echo.
+CLIENT = r"""
+import json, os, select, socket, sys, time
+port, kinds = int(sys.argv[1]), sys.argv[2].split(",")
+
+
+def wait_for(ep, bit, fd):
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if any(f == fd and e & bit for f, e in ep.poll(0.05)):
+            return True
+    return False
+
+
+c = socket.socket()
+c.setblocking(False)
+sets, out = {}, {}
+for k in kinds:
+    ep = select.epoll()
+    flags = select.EPOLLIN | select.EPOLLOUT | (select.EPOLLET if k == "et" else 0)
+    ep.register(c.fileno(), flags)
+    sets[k] = ep
+if "closed" in sets:
+    sets.pop("closed").close()
+child = None
+if "forked" in sets:
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        woken = wait_for(sets["forked"], select.EPOLLIN, c.fileno())
+        os.write(w, b"woken" if woken else b"asleep")
+        os._exit(0)
+rc = c.connect_ex(("127.0.0.1", port))
+assert rc in (0, 115), rc
+for k, ep in sets.items():
+    if k != "forked":
+        out[k + "-out"] = wait_for(ep, select.EPOLLOUT, c.fileno())
+c.send(b"ping")
+if child:
+    out["forked"] = os.read(r, 16).decode()     # before we read the echo away
+    os.waitpid(child, 0)
+for k, ep in sets.items():
+    if k != "forked":
+        out[k + "-in"] = wait_for(ep, select.EPOLLIN, c.fileno())
+got = b""
+while len(got) < 4:
+    select.select([c], [], [], 5)
+    got += c.recv(4)
+out["echo"] = got.decode()
+print(json.dumps(out))
+"""
+
+
+def run_case(reg, procs, kinds):
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo", "127.0.0.1", str(port)], reg.env)
+    wait_port(port, proc=srv)
+    r = reg.run([PY, "-c", CLIENT, str(port), ",".join(kinds)], timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = reg.wait_stats(lambda s: s["accelerated_client"] >= 1)
+    assert st["accelerated_client"] == 1 and st["fallback"] == 0, st
+    return json.loads(r.stdout)
+
+
+def test_two_sets_level_and_edge(reg, procs):
+    out = run_case(reg, procs, ["lt", "et"])
+    assert out == {"lt-out": True, "et-out": True, "lt-in": True, "et-in": True,
+                   "echo": "ping"}, out
+
+
+def test_a_set_closed_before_connect(reg, procs):
+    out = run_case(reg, procs, ["closed", "lt"])
+    assert out == {"lt-out": True, "lt-in": True, "echo": "ping"}, out
+
+
+def test_a_set_a_fork_child_waits_in(reg, procs):
+    """The child shares the epoll instance: the registration moved in it
+    wakes the child too."""
+    out = run_case(reg, procs, ["forked", "lt"])
+    assert out["forked"] == "woken" and out["echo"] == "ping", out
