@@ -496,7 +496,7 @@ static int take_one(const int *fds, int n, int i)
 		if (strncmp(e->d_name, prefix, strlen(prefix)))
 			continue;
 		snprintf(name, sizeof(name), "h/%s", e->d_name);
-		f = openat(registry_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		f = registry_open_read(registry_fd, name);
 		/* written by a user trusted as our own: its state chunk is mapped */
 		if (f >= 0 && (fstat(f, &fst) < 0 || !S_ISREG(fst.st_mode) ||
 		               !passfd_user_trusted(fst.st_uid))) {

@@ -61,6 +61,10 @@ static int client_precheck(struct client *cl)
 			return R_NOT_THIS_HOST;
 		break;
 	case LM_SAME_NETNS:
+		/* an entry for 0.0.0.0 covers every address, a remote one too,
+		 * where the kernel would not take the connection here */
+		if (!ep_is_loopback(&cl->dst) && !proof_dst_is_local(&cl->dst))
+			return R_NOT_THIS_HOST;
 		break;
 	}
 	if (proof_io_uring_in_use())
@@ -185,13 +189,14 @@ static int client_wait_accept(struct client *cl, union clc_msg *m, int fds[2])
 static int client_complete(struct client *cl, int pair, const union clc_msg *acc, int tcp_fd,
                            struct shm_parts *p)
 {
-	pid_t server = proof_peer_pid_allowed(pair);
+	uid_t uid = (uid_t)-1;
+	pid_t server = proof_peer_pid_allowed(pair, &uid);
 	union clc_msg m;
 	int reason = R_NONE, out[2];
 
 	if (server < 0)
 		reason = R_DIFF_USER;
-	else if (!proof_ok(&cl->src, &cl->dst, cl->netns, tcp_fd))
+	else if (!proof_ok(&cl->src, &cl->dst, cl->netns, tcp_fd, uid))
 		reason = R_PROOF_FAILED;
 	if (reason == R_NONE) {
 		p->up = cfg.tx_size < acc->accept.rx_max ? cfg.tx_size : acc->accept.rx_max;

@@ -103,7 +103,7 @@ int proof_domain_of(int fd)
  * 0: a process in a PID namespace we cannot see (another container's) -
  * allowed all the same, the pid only serves to recognise it (peerid.h).
  */
-pid_t proof_peer_pid_allowed(int s)
+pid_t proof_peer_pid_allowed(int s, uid_t *uid)
 {
 	struct ucred cr;
 	socklen_t l = sizeof(cr);
@@ -111,29 +111,39 @@ pid_t proof_peer_pid_allowed(int s)
 	if (sys_getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &l) < 0 ||
 	    !config_uid_allowed(&cfg, cr.uid))
 		return -1;
+	if (uid)
+		*uid = cr.uid;
 	return cr.pid;
 }
 
-/* The rest of the proof once the addresses of @theirs are known to mirror ours. */
-int proof_same_host(const struct ep *local, uint64_t netns, int theirs)
+/*
+ * The rest of the proof once the addresses of @theirs are known to mirror
+ * ours; @peer_uid is the user at the other end, as the kernel names it.  A
+ * socket of another network namespace proves nothing about a user who may
+ * make one (an unprivileged user namespace chooses its own addresses): only
+ * root and users trusted as our own may prove so (docs/security.md).
+ */
+int proof_same_host(const struct ep *local, uint64_t netns, int theirs, uid_t peer_uid)
 {
 	if (!proof_sock_is_tcp(theirs))
 		return 0;
 	if (proof_netns_cookie(theirs) == netns)
 		return 1;
-	return cfg.cross_netns && !ep_is_loopback(local);
+	return cfg.cross_netns && !ep_is_loopback(local) &&
+	       (peer_uid == 0 || config_uid_trusted(&cfg, peer_uid));
 }
 
 /*
  * Is @theirs the other end of our TCP connection @local -> @peer in the
  * namespace @netns?  (see top of file)
  */
-int proof_ok(const struct ep *local, const struct ep *peer, uint64_t netns, int theirs)
+int proof_ok(const struct ep *local, const struct ep *peer, uint64_t netns, int theirs,
+             uid_t peer_uid)
 {
 	struct ep tl, tp;
 
 	if (ep_of_socket(theirs, 0, &tl) || ep_of_socket(theirs, 1, &tp) ||
 	    !ep_equal(local, &tp) || !ep_equal(peer, &tl))
 		return 0;
-	return proof_same_host(local, netns, theirs);
+	return proof_same_host(local, netns, theirs, peer_uid);
 }

@@ -90,8 +90,6 @@ static int server_take(struct server *sv, const union clc_msg *m, int region_fd,
 {
 	uid_t owner;
 
-	if (!proof_ok(&sv->local, &sv->peer, sv->netns, tcp_fd))
-		return R_PROOF_FAILED;
 	p->up = m->accept.ring_size;
 	p->down = m->accept.rx_max;
 	/* sizes the client chose within what we offered */
@@ -100,7 +98,9 @@ static int server_take(struct server *sv, const union clc_msg *m, int region_fd,
 		return R_HANDSHAKE_ERROR;
 	/* the pid in CONFIRM is the client's word, in its own PID namespace */
 	region_note_maker(p->region, 0);
-	return config_uid_allowed(&cfg, owner) ? R_NONE : R_DIFF_USER;
+	if (!config_uid_allowed(&cfg, owner))
+		return R_DIFF_USER;
+	return proof_ok(&sv->local, &sv->peer, sv->netns, tcp_fd, owner) ? R_NONE : R_PROOF_FAILED;
 }
 
 /*
@@ -216,7 +216,7 @@ static int offer_pair_check(int s, struct region *r)
 	l = sizeof(v);
 	if (sys_getsockopt(s, SOL_SOCKET, SO_TYPE, &v, &l) < 0 || v != SOCK_SEQPACKET)
 		return R_HANDSHAKE_ERROR;
-	if ((maker = proof_peer_pid_allowed(s)) < 0)
+	if ((maker = proof_peer_pid_allowed(s, NULL)) < 0)
 		return R_DIFF_USER;
 	region_note_maker(r, maker);    /* the client made the pair, as the region */
 	return R_NONE;
@@ -246,7 +246,7 @@ static int offer_check(struct server *sv, const union clc_msg *m, const int fds[
 		return reason;
 	/* inbox_take matched its addresses to this connection already */
 	if (!(sv->direct ? proof_direct(sv, fds[OFFER_FD_TCP]) :
-	      proof_same_host(&sv->local, sv->netns, fds[OFFER_FD_TCP])))
+	      proof_same_host(&sv->local, sv->netns, fds[OFFER_FD_TCP], owner)))
 		return R_PROOF_FAILED;
 	if (!(p->sh = shared_new()))
 		return R_NO_MEMORY;

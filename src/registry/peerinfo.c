@@ -234,15 +234,42 @@ static void diag_of_ep(const struct ep *e, int family, __be32 addr[4], __be16 *p
 	*port = htons(e->port);
 }
 
+struct tcp_owner {
+	uid_t uid;
+	int found;
+	struct ep local, remote;
+	int state;
+};
+
 static void tcp_uid_of(const void *msg, size_t len, void *arg)
 {
 	const struct inet_diag_msg *m = msg;
-	struct { uid_t uid; int found; } *out = arg;
+	struct tcp_owner *out = arg;
 
 	if (len >= sizeof(*m)) {
 		out->uid = (uid_t)m->idiag_uid;
+		out->state = m->idiag_state;
+		ep_of_diag(&out->local, m->idiag_family, m->id.idiag_src, m->id.idiag_sport);
+		ep_of_diag(&out->remote, m->idiag_family, m->id.idiag_dst, m->id.idiag_dport);
 		out->found = 1;
 	}
+}
+
+/*
+ * Is the socket the kernel answered with the one asked for?  The look-up
+ * falls back from a connection to a listener (one on 0.0.0.0:port answers
+ * for any address, a remote one included): a connection must be
+ * established with exactly these ends, a listener must listen.
+ */
+static int tcp_owner_is(const struct tcp_owner *o, const struct ep *local,
+                        const struct ep *remote)
+{
+	if (!o->found)
+		return 0;
+	if (remote->port == 0)
+		return o->state == 10 /* TCP_LISTEN */ && o->local.port == local->port;
+	return o->state == 1 /* TCP_ESTABLISHED */ && ep_equal(&o->local, local) &&
+	       ep_equal(&o->remote, remote);
 }
 
 int peerinfo_tcp_uid(const struct ep *local, const struct ep *remote, uid_t *uid)
@@ -256,14 +283,15 @@ int peerinfo_tcp_uid(const struct ep *local, const struct ep *remote, uid_t *uid
 		.req = { .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~0u,
 		         .id = { .idiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } } },
 	};
-	struct { uid_t uid; int found; } out = { 0, 0 };
+	struct tcp_owner out = { 0 };
 	long buf[512];
 
 	/* an IPv4 look-up also finds an IPv6 socket that takes IPv4 (not V6ONLY) */
 	q.req.sdiag_family = ep_is_v4(local) ? AF_INET : AF_INET6;
 	diag_of_ep(local, q.req.sdiag_family, q.req.id.idiag_src, &q.req.id.idiag_sport);
 	diag_of_ep(remote, q.req.sdiag_family, q.req.id.idiag_dst, &q.req.id.idiag_dport);
-	if (diag_query(&q, sizeof(q), buf, sizeof(buf), tcp_uid_of, &out) < 0 || !out.found)
+	if (diag_query(&q, sizeof(q), buf, sizeof(buf), tcp_uid_of, &out) < 0 ||
+	    !tcp_owner_is(&out, local, remote))
 		return -1;
 	*uid = out.uid;
 	return 0;

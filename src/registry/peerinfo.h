@@ -42,12 +42,11 @@ const struct peerinfo_tcp *peerinfo_tcp_by_ends(const struct peerinfo_tcp *list,
                                                 const struct ep *local, const struct ep *remote);
 
 /*
- * The user the kernel says owns the TCP socket of this network namespace
- * that a segment from @remote to @local would reach: the connection with
- * these ends, or else the listener on @local (give @remote port 0 to ask
- * for the listener alone).  One exact sock_diag look-up, no dump.  0 and
- * *@uid set, or -1 if there is no such socket or the kernel could not be
- * asked.
+ * The user the kernel says owns a TCP socket of this network namespace:
+ * the established connection with exactly these ends, or, with @remote's
+ * port 0, the listener a segment to @local would reach.  One exact
+ * sock_diag look-up, no dump.  0 and *@uid set, or -1 if there is no such
+ * socket or the kernel could not be asked.
  */
 int peerinfo_tcp_uid(const struct ep *local, const struct ep *remote, uid_t *uid);
 

@@ -63,6 +63,19 @@ int registry_open_mappable(int dirfd, const char *path, uid_t owner)
 	return fd;
 }
 
+int registry_open_read(int dirfd, const char *path)
+{
+	struct stat st;
+	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
+		close(fd);
+		errno = EPERM;
+		return -1;
+	}
+	return fd;
+}
+
 void *registry_map_backed(int fd, size_t len)
 {
 	int err = posix_fallocate(fd, 0, (off_t)len);
@@ -108,14 +121,20 @@ int registry_fd = -1;
  */
 static int registry_subdir_make(int dfd, const char *sub, const struct stat *st)
 {
+	int fd, rc = 0;
+
 	if (mkdirat(dfd, sub, 0700) < 0)
 		return errno == EEXIST ? 0 : -1;
-	if (fchmodat(dfd, sub, st->st_mode & 07777, 0) < 0)
+	/* by descriptor, never by name: whoever may write the registry could put
+	 * a link to any file of ours under that name meanwhile */
+	fd = openat(dfd, sub, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
 		return -1;
-	if (geteuid() == 0 && st->st_uid != 0 &&
-	    fchownat(dfd, sub, st->st_uid, st->st_gid, AT_SYMLINK_NOFOLLOW) < 0)
-		return -1;
-	return 0;
+	if (fchmod(fd, st->st_mode & 07777) < 0 ||
+	    (geteuid() == 0 && st->st_uid != 0 && fchown(fd, st->st_uid, st->st_gid) < 0))
+		rc = -1;
+	close(fd);
+	return rc;
 }
 
 /* Open @dir, a registry directory made (or checked) already, with its subdirectories. */
@@ -171,8 +190,17 @@ static int shared_dir_ok(int dfd, const char *path)
  */
 static void shared_mkdir(int dfd, const char *path)
 {
-	if (mkdirat(dfd, path, 0700) == 0 && fchmodat(dfd, path, 01777, 0) < 0)
+	struct stat st;
+	int fd;
+
+	if (mkdirat(dfd, path, 0700) < 0)
+		return;
+	/* by descriptor: never a chmod through a link put under the name */
+	fd = openat(dfd, path, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0 && (fstat(fd, &st) < 0 || st.st_uid != 0 || fchmod(fd, 01777) < 0))
 		unlinkat(dfd, path, AT_REMOVEDIR);
+	if (fd >= 0)
+		close(fd);
 }
 
 static void shared_make(const char *dir)
@@ -185,8 +213,10 @@ static void shared_make(const char *dir)
 	dfd = open(dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (dfd < 0)
 		return;
-	for (size_t i = 0; i < sizeof(subdirs) / sizeof(subdirs[0]); i++)
-		shared_mkdir(dfd, subdirs[i]);
+	/* only inside a directory no one else can rearrange (root's, sticky) */
+	if (shared_dir_ok(dfd, ""))
+		for (size_t i = 0; i < sizeof(subdirs) / sizeof(subdirs[0]); i++)
+			shared_mkdir(dfd, subdirs[i]);
 	close(dfd);
 }
 
@@ -351,9 +381,9 @@ static int entry_locked(int dirfd, const char *sub, const char *name, uid_t *own
 
 	if (registry_entry_path(path, sub, name) < 0)
 		return -1;      /* no such entry can exist */
-	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0 && owner)
-		return -1;      /* whose it is cannot be told: as if gone */
+	fd = registry_open_read(dirfd, path);
+	if (fd < 0 && (owner || errno == EPERM))
+		return -1;      /* whose it is cannot be told, or no entry at all: as if gone */
 	if (fd < 0)
 		return errno == ENOENT ? -1 : 1;   /* unreadable: assume alive, never remove it */
 	if (owner)

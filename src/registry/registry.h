@@ -63,6 +63,13 @@ int registry_is_shared(void);
 int registry_open_mappable(int dirfd, const char *path, uid_t owner);
 
 /*
+ * Open @path under @dirfd to read it: only a regular file, and without
+ * waiting (whoever may write the registry could leave a FIFO there, whose
+ * open would wait for a writer forever).  -1 (EPERM: not a regular file).
+ */
+int registry_open_read(int dirfd, const char *path);
+
+/*
  * Map the first @len bytes of @fd (from registry_open_mappable) shared,
  * read-write, after making the filesystem back every page of them: a file
  * grown with ftruncate is sparse, and the first store into a page a full

@@ -269,7 +269,7 @@ static int is_table_name(const char *n)
 static int read_whole(int dirfd, const char *path, void *buf, size_t len)
 {
 	size_t got = 0;
-	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = registry_open_read(dirfd, path);
 
 	if (fd < 0)
 		return -1;

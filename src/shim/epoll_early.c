@@ -11,7 +11,8 @@
  * just before the switch, while the descriptor still names the TCP socket,
  * and made again right after on what the descriptor names now
  * (epoll_early_swap_begin/_end, the io_hooks the handshake calls around its
- * dup3).  A level-triggered registration reports what is ready at once;
+ * dup3), through a copy of the set's descriptor kept for it: the program
+ * may close its own number of a set it still reaches by another.  A level-triggered registration reports what is ready at once;
  * an edge-triggered one gets the first edge a new registration gets.  Any
  * set that holds the descriptor is moved: sets of this process and sets
  * shared with fork children alike (the registration is the set's, not the
@@ -28,12 +29,16 @@
 #include "fdtab.h"
 #include "epoll_watch.h"
 
+#include "sys.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 
 struct early_reg {
-	int fd, epfd;
+	int fd, epfd;                   /* the program's descriptors; epfd -1 once it closed it */
+	int set;                        /* our own copy of the set's descriptor: a set the
+	                                   program reaches by another number (dup) lives on */
 	struct epoll_event ev;
 	int moving;                     /* taken out of its set for the switch */
 };
@@ -53,6 +58,7 @@ static struct early_reg *early_find(int epfd, int fd)
 
 static void early_drop(int i)
 {
+	sys_close(regs[i].set);
 	regs[i] = regs[--n_regs];
 }
 
@@ -62,16 +68,21 @@ static int early_note(int epfd, int fd, const struct epoll_event *ev)
 	struct early_reg *r = early_find(epfd, fd);
 
 	if (!r) {
+		int set = fd_keep_copy(epfd, 0);
+		if (set < 0)
+			return -1;
 		if (n_regs == cap_regs) {
 			int cap = cap_regs ? 2 * cap_regs : 16;
 			struct early_reg *v = realloc(regs, (size_t)cap * sizeof(*v));
-			if (!v)
+			if (!v) {
+				sys_close(set);
 				return -1;
+			}
 			regs = v;
 			cap_regs = cap;
 		}
 		r = &regs[n_regs++];
-		*r = (struct early_reg){ .fd = fd, .epfd = epfd };
+		*r = (struct early_reg){ .fd = fd, .epfd = epfd, .set = set };
 	}
 	r->ev = ev ? *ev : (struct epoll_event){ 0 };
 	return 0;
@@ -103,11 +114,14 @@ void epoll_early_ctl(int epfd, int op, int fd, const struct epoll_event *ev)
 void epoll_early_fd_closed(int fd)
 {
 	pthread_mutex_lock(&early_lock);
-	for (int i = n_regs - 1; i >= 0; i--)
-		if (regs[i].fd == fd || regs[i].epfd == fd) {
+	for (int i = n_regs - 1; i >= 0; i--) {
+		if (regs[i].fd == fd) {
 			n_moving -= regs[i].moving;
 			early_drop(i);
+		} else if (regs[i].epfd == fd) {
+			regs[i].epfd = -1;      /* the set may live on under another number */
 		}
+	}
 	pthread_mutex_unlock(&early_lock);
 }
 
@@ -120,7 +134,7 @@ void epoll_early_swap_begin(int fd)
 	pthread_mutex_lock(&early_lock);
 	for (int i = 0; i < n_regs; i++)
 		if (regs[i].fd == fd) {
-			real_epoll_ctl(regs[i].epfd, EPOLL_CTL_DEL, fd, NULL);
+			real_epoll_ctl(regs[i].set, EPOLL_CTL_DEL, fd, NULL);
 			regs[i].moving = 1;
 			n_moving++;
 		}
@@ -139,10 +153,10 @@ void epoll_early_swap_end(int fd)
 		struct early_reg r = regs[i];
 		if (r.fd != fd || !r.moving)
 			continue;
+		if (real_epoll_ctl(r.set, EPOLL_CTL_ADD, fd, &r.ev) == 0 && r.epfd >= 0)
+			epoll_watch_ctl(r.epfd, EPOLL_CTL_ADD, fd, &r.ev);
 		early_drop(i);
 		n_moving--;
-		if (real_epoll_ctl(r.epfd, EPOLL_CTL_ADD, fd, &r.ev) == 0)
-			epoll_watch_ctl(r.epfd, EPOLL_CTL_ADD, fd, &r.ev);
 	}
 	pthread_mutex_unlock(&early_lock);
 	fd_epoll_early(fd, 0);

@@ -32,6 +32,10 @@ ATTACK (server): pool-valid    - hand over a sealed pool, then one honest
                  forge:SECONDS - another user's port: write a live entry for it
                                  naming inboxes of ours (listening on nothing),
                                  then count what reaches them
+                 forge-any:SECONDS - listen on 0.0.0.0:PORT ourselves, with an
+                                 entry for 0.0.0.0 naming our inboxes: an entry
+                                 the kernel vouches for, but for every address,
+                                 other hosts' too; count what reaches them
                  squat:SPORT:SECONDS - bind the rendezvous of the connection
                                  from 127.0.0.1:SPORT to the port, then count
                                  what reaches it
@@ -95,11 +99,11 @@ def poke(region, off, fmt, value):
     struct.pack_into(fmt, region, off, value)
 
 
-def announce_listener(reg, port, ns, inbox=0, direct=0):
+def announce_listener(reg, port, ns, inbox=0, direct=0, ip="127.0.0.1"):
     """A listener entry as smclo writes it, locked for as long as we live."""
     for sub in ("l", "p", "c", "i"):
         os.makedirs(os.path.join(reg, sub), mode=0o700, exist_ok=True)
-    name = "%u.%016x.%s.0.%d.%016x.%016x.%u.%u.%08x" % (port, ns, ip_hex("127.0.0.1"),
+    name = "%u.%016x.%s.0.%d.%016x.%016x.%u.%u.%08x" % (port, ns, ip_hex(ip),
                                                         os.getpid(), inbox, direct,
                                                         1 << 16, 1 << 16, 1)
     fd = os.open(os.path.join(reg, "l", name), os.O_CREAT | os.O_RDWR, 0o644)
@@ -173,7 +177,13 @@ def forge_server(reg, port, attack):
     """Claim someone else's listener: an entry for @port naming our inbox and
     direct inbox; report every message that reaches either."""
     probe = socket.socket()
-    lock = announce_listener(reg, port, netns(probe), INBOX_ID, DIRECT_ID)
+    ip = "127.0.0.1"
+    if attack.startswith("forge-any:"):
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("0.0.0.0", port))
+        probe.listen(4)
+        ip = "0.0.0.0"
+    lock = announce_listener(reg, port, netns(probe), INBOX_ID, DIRECT_ID, ip)
     boxes = []
     for ident in (INBOX_ID, DIRECT_ID):
         boxes.append(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
@@ -209,7 +219,7 @@ def count_received(boxes, seconds):
 
 
 def server(reg, port, attack):
-    if attack.startswith("forge:"):
+    if attack.startswith(("forge:", "forge-any:")):
         return forge_server(reg, port, attack)
     if attack.startswith("squat:"):
         return squat_server(reg, port, attack)

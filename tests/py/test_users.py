@@ -157,6 +157,80 @@ def test_forged_listener_entry_gets_nothing(procs, tmp_path):
     assert got == ["0", "messages", "0", "descriptors"], (got, err)
 
 
+REMOTE_CLIENT = r"""
+import socket, sys
+c = socket.socket()
+c.settimeout(0.5)
+try:
+    c.connect((sys.argv[1], int(sys.argv[2])))
+except OSError as e:
+    print("connect", type(e).__name__)
+"""
+
+
+def test_wildcard_entry_gets_no_remote_connection(procs, tmp_path):
+    """MALLORY listens on 0.0.0.0:P herself (a port free here) and writes an
+    entry for 0.0.0.0: the kernel names her as the listener's owner, but a
+    client connecting to P on another host (192.0.2.1, TEST-NET) must not
+    offer her anything - before, her inbox got the client's socket (about
+    to be connected to the remote host) and its first bytes, and a
+    man-in-the-middle was one CAS away.  Now an entry stands for this host's
+    addresses only: nothing reaches her, the client is named not-this-host."""
+    port = free_port()
+    m = start_mallory(procs, port, "forge-any:3")
+    reg = DefaultRegistry()
+    client = script(tmp_path, "remote.py", REMOTE_CLIENT)
+    r = subprocess.run(as_user(CLIENT) + [SMCLO, "run", "--", PY3, client, "192.0.2.1",
+                                          str(port)], env=default_env(), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got, err = mallory_received(m)
+    assert got == ["0", "messages", "0", "descriptors"], (got, err)
+    d = reg.stats()
+    assert d["fallback_by_reason"]["not-this-host"] == 1, named(d)
+
+
+FIFOS = r"""
+import os, socket, struct, sys
+port = int(sys.argv[1])
+ns = struct.unpack("Q", socket.socket().getsockopt(socket.SOL_SOCKET, 71, 8))[0]
+name = "%u.%016x.%s.0.1.%016x.%016x.65536.65536.%08x" % (
+    port, ns, "00000000000000000000ffff7f000001", 1, 0, 7)
+for path in ("/dev/shm/smclo/l/" + name, "/dev/shm/smclo/c/1.00000000", "/dev/shm/smclo/t/0x"):
+    os.mkfifo(path)
+print(" ".join(sorted(os.listdir("/dev/shm/smclo/l"))))
+"""
+
+
+def test_fifos_in_the_registry_hang_nobody(procs, tmp_path):
+    """MALLORY leaves FIFOs where smclo opens files to read them (a listener
+    entry for the service's port, a connection table, a totals name).
+    Opening a FIFO to read waits for a writer: before, every client of that
+    port, and every process at its first connection, hung.  Now they are
+    opened without waiting and, not being regular files, ignored."""
+    port = free_port()
+    stress = str(TESTBIN / "stress")
+    srv = procs.start(as_user(SERVICE) + [SMCLO, "run", "--", stress, "server", str(port), "lt"],
+                      default_env(), smclo=False)
+    wait_port(port, proc=srv)
+    plant = script(tmp_path, "fifos.py", FIFOS)
+    r = subprocess.run(as_user(MALLORY) + [PY3, plant, str(port)], capture_output=True,
+                       text=True, timeout=30)
+    made = [os.path.join("/dev/shm/smclo/l", n) for n in r.stdout.split() if ".0.1." in n]
+    try:
+        assert r.returncode == 0, r.stderr
+        reg = DefaultRegistry()
+        r = subprocess.run([SMCLO, "run", "--", stress, "client", str(port), "2", "3", "7"],
+                           env=default_env(), capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "mismatches=0" in r.stdout, r.stdout + r.stderr
+        d = reg.wait_stats(lambda d: d["accelerated_server"] >= 6)
+        assert d["accelerated_client"] == 6 and d["accelerated_server"] == 6, d
+    finally:
+        for p in made + ["/dev/shm/smclo/c/1.00000000", "/dev/shm/smclo/t/0x"]:
+            if os.path.exists(p):
+                os.unlink(p)
+
+
 def test_forged_entry_beside_a_real_server(procs):
     """The same forged entry beside a service user's real smclo server: its
     clients are still accelerated (the entries no longer agree on one
@@ -216,6 +290,7 @@ for i in $(seq 100); do grep -q ":$(printf %04X $PORT) .* 0A " /proc/net/tcp && 
 kill $srv; wait $srv || true
 "$SMCLO" stats --json > "$OUT/stats.json"
 ls -ld /dev/shm/smclo-0 /dev/shm/smclo-$SERVICE > "$OUT/dirs"
+ls -A /dev/shm/smclo > "$OUT/hers"
 """
 
 
@@ -239,6 +314,9 @@ def test_registry_taken_by_another_user_named(tmp_path):
     assert st["registry"] == "/dev/shm/smclo-0", st
     assert st["accelerated"] == 0 and st["fallback_by_reason"]["private-registry"] == 3, st
     assert "drwx------" in (out / "dirs").read_text()
+    # root touched nothing in the directory she made (before: it made its
+    # subdirectories there, chmod by name - a name she could swap for a link)
+    assert (out / "hers").read_text().split() == [], (out / "hers").read_text()
 
 
 def test_hostile_peer_of_another_user(procs):

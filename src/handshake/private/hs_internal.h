@@ -31,12 +31,15 @@ int proof_dst_is_local(const struct ep *dst);
 int proof_io_uring_in_use(void);
 /* What socket @fd was created as: AF_INET, AF_INET6 or AF_SMC. */
 int proof_domain_of(int fd);
-/* The process that made socket pair @s, if its user may attach; else -1. */
-pid_t proof_peer_pid_allowed(int s);
-/* Is @theirs the other end of our TCP connection @local -> @peer in @netns? */
-int proof_ok(const struct ep *local, const struct ep *peer, uint64_t netns, int theirs);
+/* The process that made socket pair @s, if its user may attach (its user in
+ * *@uid, if given); else -1. */
+pid_t proof_peer_pid_allowed(int s, uid_t *uid);
+/* Is @theirs the other end of our TCP connection @local -> @peer in @netns,
+ * of user @peer_uid?  (Another namespace only for trusted users.) */
+int proof_ok(const struct ep *local, const struct ep *peer, uint64_t netns, int theirs,
+             uid_t peer_uid);
 /* The rest of the proof once the addresses of @theirs are known to mirror ours. */
-int proof_same_host(const struct ep *local, uint64_t netns, int theirs);
+int proof_same_host(const struct ep *local, uint64_t netns, int theirs, uid_t peer_uid);
 
 /* ---- messages.c --------------------------------------------------------- */
 
