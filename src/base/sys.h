@@ -39,6 +39,11 @@ static inline ssize_t sys_write(int fd, const void *b, size_t n)
 	return (ssize_t)syscall(SYS_write, fd, b, n);
 }
 
+static inline int sys_ioctl_int(int fd, unsigned long req, int *v)
+{
+	return (int)syscall(SYS_ioctl, fd, req, v);
+}
+
 static inline ssize_t sys_recv(int fd, void *b, size_t n, int f)
 {
 	return (ssize_t)syscall(SYS_recvfrom, fd, b, n, f, NULL, NULL);

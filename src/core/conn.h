@@ -78,6 +78,8 @@ struct io_hold {
  * descriptor table's (fd/), tcp_fd, direct, pending, bell_fd and the
  * addresses the handshake's, watch_regs the shim's epoll (epoll_watch.c).
  */
+#define CONN_PREFIX_WAIT (1ull << 63)
+
 struct conn {
 	_Atomic int refs;
 	int fd_count;                   /* descriptors of this process naming it */
@@ -112,6 +114,14 @@ struct conn {
 	_Atomic int pending;            /* PENDING_* */
 	int bell_fd;                    /* pending: our end of the socket pair */
 	long pending_until_ms;          /* pending: when the client withdraws */
+	/*
+	 * Pending to a listener that defers accept (TCP_DEFER_ACCEPT): the
+	 * kernel wakes the server only at the client's first bytes, so those go
+	 * over TCP (tx_send_prefix), and the server moves them into the ring's
+	 * head when it takes the offer.  tcp_prefix: 0 no such thing; else the
+	 * bytes sent so, with CONN_PREFIX_WAIT until the first write.
+	 */
+	uint64_t tcp_prefix;
 	/*
 	 * A claim of our ring (tx_claim) or a peek at the peer's (rx_peek)
 	 * outstanding: its thread holds the transmit or receive lock until the

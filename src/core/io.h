@@ -176,6 +176,14 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
  */
 #define PENDING_MAX (16u << 10)
 ssize_t tx_send_pending(struct conn *c, const struct iovec *iov, int iovcnt);
+/*
+ * The first write of a connection pending to a listener that defers accept
+ * (c->tcp_prefix CONN_PREFIX_WAIT): over TCP, through @fd (still the TCP
+ * socket), with the program's @flags; what was sent becomes the stream's
+ * head, published in the ring header for the server.  Bytes sent, or -errno
+ * (-EALREADY: the first write went already).
+ */
+ssize_t tx_send_prefix(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);
 /* sendfile() into @c: bytes taken, 0 at the file's end, or -errno. */
 ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t count);
 uint32_t tx_unacked(struct conn *c);

@@ -216,6 +216,30 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 	return tx_finish((ssize_t)done, space, flags);
 }
 
+ssize_t tx_send_prefix(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+	struct conn_shared *sh = c->sh;
+	ssize_t k;
+
+	shared_lock(&sh->tx_lock);
+	if (c->tcp_prefix != CONN_PREFIX_WAIT) {
+		shared_unlock(&sh->tx_lock);
+		return -EALREADY;
+	}
+	k = sys_result(sys_sendmsg(fd, &m, flags));
+	if (k > 0) {
+		/* the stream's first k bytes: the server puts them at the ring's
+		 * head, so ours goes on from there; the doorbell stands for them */
+		tx_publish(c, c->bell_fd, (uint32_t)k);
+		c->tcp_prefix = (uint64_t)k;
+		atomic_store_explicit(&c->tx->tcp_prefix, (uint64_t)k | RING_PREFIX_SET,
+		                      memory_order_release);
+	}
+	shared_unlock(&sh->tx_lock);
+	return k;
+}
+
 ssize_t tx_send_pending(struct conn *c, const struct iovec *iov, int iovcnt)
 {
 	struct conn_shared *sh = c->sh;

@@ -71,6 +71,11 @@ static int client_precheck(struct client *cl)
 		return R_IO_URING;
 	if (fd_flags(cl->fd) & FDF_EPOLL_LOST)
 		return R_EPOLL_EARLY;   /* a registration that cannot follow (shim/epoll_early.c) */
+	/* a listener that defers accept is woken by the first bytes alone: they
+	 * go over TCP with an offer to its one process, never decided before */
+	if (cl->listener.defers && (!cl->listener.exclusive || !cfg.inbox ||
+	                            fd_epoll_early_count(cl->fd) || fd_budget_is_small()))
+		return R_DEFER_ACCEPT;
 	if (conn_count() >= cfg.max_conns)
 		return R_MAX_BUFFERS;
 	return R_NONE;
@@ -311,6 +316,7 @@ static int offer_prepare(struct client *cl, struct shm_parts *p, int pair[2],
 		return -1;
 	}
 	atomic_store(&region_up(p->region)->offer, OFFER_OPEN);
+	atomic_store(&region_up(p->region)->tcp_prefix, 0);     /* a region used before */
 	clc_init(m, type, 0);          /* a CLC_DIRECT begins as a CLC_OFFER */
 	m->accept.pid = (uint32_t)sys_getpid();
 	m->accept.ring_size = p->up;
@@ -375,9 +381,11 @@ static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
 	c->sh->rcvtimeo_ms = 0;                 /* looked up when it is the pair's */
 	c->pending_until_ms = mono_now_ms() + cfg.handshake_ms;
 	atomic_store(&c->pending, PENDING_OPEN);
+	c->tcp_prefix = cl->listener.defers ? CONN_PREFIX_WAIT : 0;
 	fd_bind_conn(c, cl->fd);
-	fd_add_flags(cl->fd, FDF_PENDING);
-	DBG("connect fd %d: offer pending", cl->fd);
+	fd_add_flags(cl->fd, FDF_PENDING | (cl->listener.defers ? FDF_PREFIX : 0));
+	DBG("connect fd %d: offer pending%s", cl->fd,
+	    cl->listener.defers ? ", first bytes over TCP" : "");
 	/* a pending connection holds three descriptors: where they are short
 	 * (fdtab.h, fd_budget_is_small), decide now and keep one */
 	if (fd_budget_is_small())
@@ -438,7 +446,8 @@ static int pending_connect(int fd, struct conn *c, long until)
 static void pending_fall_back(int fd, struct conn *c, int reason)
 {
 	const uint8_t *data = ring_data(c->tx);
-	uint64_t n = c->sh->prod, done = 0;
+	/* a first write that went over TCP (c->tcp_prefix) is there already */
+	uint64_t n = c->sh->prod, done = c->tcp_prefix & ~CONN_PREFIX_WAIT;
 	long until = mono_now_ms() + cfg.handshake_ms;
 
 	if (c->direct && pending_connect(fd, c, until) < 0)
@@ -470,9 +479,15 @@ void hs_resolve(int fd, struct conn *c, size_t reading)
 			nanosleep(&(struct timespec){ .tv_nsec = 20000 }, NULL);
 		return;
 	}
-	/* a read that may time out waits for the decision only: its own wait honours
-	 * SO_RCVTIMEO (the decision comes within the handshake timeout) */
-	if (reading && !sockopt_may_have_timeouts(fd)) {
+	if (c->tcp_prefix == CONN_PREFIX_WAIT) {
+		/* nothing woke the server yet, and nothing will: TCP at once */
+		w = inbox_offer_withdraw(region_up(c->region));
+		fd_set_flags(fd, fd_flags(fd) & ~FDF_PREFIX);
+		if (w == OFFER_WITHDRAWN)
+			w = OFFER_DECLINED | (uint32_t)R_DEFER_ACCEPT << 8;
+	} else if (reading && !sockopt_may_have_timeouts(fd)) {
+		/* a read that may time out waits for the decision only: its own wait
+		 * honours SO_RCVTIMEO (the decision comes within the handshake timeout) */
 		int interrupted;
 		w = inbox_offer_wait_reading(region_up(c->region),
 		                       reading < c->rx_size ? (uint32_t)reading : c->rx_size,
@@ -490,6 +505,99 @@ void hs_resolve(int fd, struct conn *c, size_t reading)
 	fd_set_flags(fd, fd_flags(fd) & ~FDF_PENDING);
 	atomic_store(&c->pending, PENDING_NONE);
 	shared_unlock(&c->sh->tx_lock);
+}
+
+/* The first @max bytes of @iov (@n entries) as @out; its entries. */
+static int iov_head(const struct iovec *iov, int n, size_t max, struct iovec *out)
+{
+	int k = 0;
+
+	for (int i = 0; i < n && max > 0; i++, k++) {
+		out[k] = iov[i];
+		if (out[k].iov_len > max)
+			out[k].iov_len = max;
+		max -= out[k].iov_len;
+	}
+	return k;
+}
+
+/* @iov (@n entries) past its first @skip bytes, as @out; its entries. */
+static int iov_tail(const struct iovec *iov, int n, size_t skip, struct iovec *out)
+{
+	int k = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (skip >= iov[i].iov_len) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		out[k].iov_base = (char *)iov[i].iov_base + skip;
+		out[k++].iov_len = iov[i].iov_len - skip;
+		skip = 0;
+	}
+	return k;
+}
+
+/*
+ * The rest of a blocking first write after its head went over TCP: the
+ * server, woken, decides now, and the rest follows as the decision says.
+ */
+static ssize_t prefix_rest(int fd, struct conn *c, const struct iovec *iov, int n, size_t skip,
+                           int flags)
+{
+	struct iovec tail[n];
+	int tn = iov_tail(iov, n, skip, tail);
+	struct msghdr m = { .msg_iov = tail, .msg_iovlen = (size_t)tn };
+
+	hs_resolve(fd, c, 0);
+	if (c->mode == MODE_SHM)
+		return tx_send(c, fd, tail, tn, flags);
+	return sys_result(sys_sendmsg(fd, &m, flags));
+}
+
+int hs_send_prefix(int fd, const struct iovec *iov, int n, int flags, ssize_t *sent)
+{
+	struct conn *c = fd_get_conn(fd);
+	struct iovec head[n > 0 ? n : 1];
+	size_t total = 0;
+	int hn, blocking;
+	ssize_t k, rest;
+
+	for (int i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if (!c)
+		return 0;
+	if (total == 0 || (flags & MSG_OOB)) {  /* urgent data: TCP for good, at once */
+		if (total)
+			hs_resolve(fd, c, 0);
+		conn_put(c);
+		*sent = 0;
+		return total == 0;
+	}
+	/* at most what the socket takes at once: the server reads none of it
+	 * before it has all of it, and a blocking send would wait for it */
+	hn = iov_head(iov, n, PENDING_MAX, head);
+	blocking = !(flags & MSG_DONTWAIT) && !(sys_fcntl(fd, F_GETFL, 0) & O_NONBLOCK);
+	k = tx_send_prefix(c, fd, head, hn, flags | MSG_DONTWAIT);
+	if (k == -EALREADY || (k == -EAGAIN && blocking)) {
+		if (k == -EAGAIN)
+			hs_resolve(fd, c, 0);   /* nothing sent: TCP at once */
+		conn_put(c);
+		return 0;       /* an ordinary write from here */
+	}
+	if (k >= 0) {
+		c->pending_until_ms = mono_now_ms() + cfg.handshake_ms;
+		fd_set_flags(fd, fd_flags(fd) & ~FDF_PREFIX);
+		DBG("send fd %d: %zd bytes over TCP first, to wake the server", fd, k);
+	}
+	if (k > 0 && (size_t)k < total && blocking &&
+	    (rest = prefix_rest(fd, c, iov, n, (size_t)k, flags)) > 0)
+		k += rest;
+	conn_put(c);
+	*sent = k < 0 ? -1 : k;
+	if (k < 0)
+		errno = (int)-k;
+	return 1;
 }
 
 void hs_resolve_fd(int fd)
@@ -539,8 +647,11 @@ static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t 
 	int pair[2], fds[OFFER_FDS], timed_out, e;
 	uint32_t w;
 
-	if (offer_prepare(cl, &p, pair, fds, &m, CLC_OFFER) < 0 ||
-	    offer_send(cl, cl->listener.offer.inbox, &m, fds, pair, &p) < 0)
+	if (offer_prepare(cl, &p, pair, fds, &m, CLC_OFFER) < 0)
+		return -1;
+	if (cl->listener.defers)
+		m.accept.flags = CLC_OFFER_F_TCP_PREFIX;
+	if (offer_send(cl, cl->listener.offer.inbox, &m, fds, pair, &p) < 0)
 		return -1;
 	*rc = client_tcp_connect(cl, sa, len, &timed_out);
 	e = errno;
@@ -639,10 +750,12 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		int rc;
 		/* without a SYN, a socket in an epoll set would report a hang-up */
 		if (cl.listener.offer.direct && cfg.direct && !fd_epoll_early_count(fd) &&
-		    client_direct(&cl) == 0)
+		    !cl.listener.defers && client_direct(&cl) == 0)
 			return 0;
 		if (client_offer(&cl, sa, len, &rc) == 0)
 			return rc;
+		if (cl.listener.defers)
+			reason = R_DEFER_ACCEPT;        /* a rendezvous would wait for nothing */
 	}
 	if (reason == R_NONE && client_bind(&cl) < 0)
 		reason = R_NO_PORT;

@@ -95,6 +95,15 @@ struct conn;
 void hs_resolve(int fd, struct conn *c, size_t reading);
 /* The same for whatever @fd names, if it is pending. */
 void hs_resolve_fd(int fd);
+/*
+ * A write on @fd, pending to a listener that defers accept with its first
+ * bytes not sent yet (FDF_PREFIX): they go over TCP (tx_send_prefix).
+ * Returns 1 when done here (*sent: bytes, or -1 with errno), 0 to write as
+ * usual (the connection went to TCP, or another thread's write went first).
+ * Until then every other call takes the descriptor for the TCP socket it
+ * is: deciding would wait for a server nothing woke.
+ */
+int hs_send_prefix(int fd, const struct iovec *iov, int n, int flags, ssize_t *sent);
 /* Decide every pending connection of this process (before fork and exec). */
 void hs_resolve_all(void);
 /*

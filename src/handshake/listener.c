@@ -139,14 +139,13 @@ void hs_listen(int fd)
 }
 
 /*
- * This process's entry for listener @fd made again, without an inbox, as
- * the listener is now (its options read again); the old entry goes.  The
+ * This process's entry for listener @fd made again, naming @offer, as the
+ * listener is now (its options read again); the old entry goes.  The
  * entry lives as long as the listener: across exec too when it survives it.
  */
-static void listener_register_again(int fd)
+static void listener_register_again(int fd, const struct listener_offer *offer)
 {
-	struct listener_offer none = { 0 };
-	int old = fd_take_listen_lock(fd), lock = listener_register(fd, &none);
+	int old = fd_take_listen_lock(fd), lock = listener_register(fd, offer);
 
 	if (old >= 0)
 		sys_close(old);
@@ -166,17 +165,29 @@ static void listener_register_again(int fd)
 static void listener_forked(int fd)
 {
 	/* the parent's direct inbox is not the child's (inbox.c drops the copy) */
+	struct listener_offer none = { 0 };
+
 	fd_set_flags(fd, (fd_flags(fd) & ~FDF_DIRECT) | FDF_NO_DIRECT);
-	listener_register_again(fd);
+	listener_register_again(fd, &none);
 }
 
+/*
+ * TCP_DEFER_ACCEPT set on listener @fd after listen(), here or in a process
+ * sharing it: the entry says so, still naming our inbox.  A client sends
+ * its first bytes over TCP with its offer when one process accepts here
+ * (they wake it: server.c, server_tcp_prefix), and takes TCP at once
+ * otherwise.  Never direct: the first bytes would have no TCP to go over.
+ */
 void hs_listener_defers(int fd)
 {
+	struct listener_offer offer = { .inbox = inbox_id(), .tx_size = cfg.tx_size,
+	                                .rx_max = cfg.rx_max };
+
 	if (!(fd_flags(fd) & FDF_LISTENING))
 		return;
 	hs_listener_no_direct(fd);
-	listener_register_again(fd);
-	DBG("listen fd %d: accept deferred: clients take TCP at once", fd);
+	listener_register_again(fd, &offer);
+	DBG("listen fd %d: accept deferred: first bytes over TCP", fd);
 }
 
 void hs_after_fork(void)

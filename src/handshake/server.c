@@ -6,12 +6,15 @@
 #include "hs_internal.h"
 
 #include "io.h"
-#include "region.h"
 #include "peerinfo.h"
+#include "region.h"
 #include "registry.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
 
 /* One unbound datagram socket per process sends every ACCEPT and DECLINE. */
 static _Atomic int answer_sock = -1;
@@ -253,6 +256,45 @@ static int offer_check(struct server *sv, const union clc_msg *m, const int fds[
 	return R_NONE;
 }
 
+/*
+ * An offer to a listener that defers accept: the client's first bytes came
+ * over TCP (they woke us), and their count comes in the ring header as soon
+ * as its send returned.  Copied (peeked: still in the socket if we do not
+ * take the offer) to the head of its ring, where the client's stream goes
+ * on.  R_NONE when they are there, else the reason to decline.
+ */
+/* How long a server in accept() waits for a woken client's count and bytes:
+ * an honest one's come microseconds after they woke it; a client that lies
+ * costs the server no more than this, and goes to TCP. */
+#define PREFIX_WAIT_MS 50
+
+static int server_tcp_prefix(struct server *sv, struct shm_parts *p)
+{
+	struct ring_hdr *up = region_up(p->region);
+	long until = mono_now_ms() + PREFIX_WAIT_MS;
+	uint64_t pre;
+	int avail = 0;
+
+	/* woken without bytes (a FIN, the kernel's deferral ran out): none coming */
+	if (sys_ioctl_int(sv->fd, FIONREAD, &avail) < 0 || avail <= 0)
+		return R_DEFER_ACCEPT;
+	/* the client says how many right after its send returned: microseconds */
+	while (!((pre = atomic_load_explicit(&up->tcp_prefix, memory_order_acquire)) &
+	         RING_PREFIX_SET) && mono_now_ms() < until)
+		nanosleep(&(struct timespec){ .tv_nsec = 10000 }, NULL);
+	pre &= ~RING_PREFIX_SET;
+	if (!(atomic_load(&up->tcp_prefix) & RING_PREFIX_SET) || pre == 0 || pre > p->up)
+		return R_HANDSHAKE_ERROR;
+	while (sys_ioctl_int(sv->fd, FIONREAD, &avail) == 0 && (uint64_t)avail < pre &&
+	       hs_msg_wait_fd(sv->fd, POLLIN, until) == 0)
+		;       /* on loopback they are all there, or about to be */
+	if ((uint64_t)avail < pre ||
+	    sys_recv(sv->fd, ring_data(up), (size_t)pre, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)pre)
+		return R_HANDSHAKE_ERROR;
+	sv->tcp_prefix = pre;
+	return R_NONE;
+}
+
 int server_take_offer(struct server *sv, const union clc_msg *m, int fds[OFFER_FDS])
 {
 	struct shm_parts p = { 0 };
@@ -261,9 +303,14 @@ int server_take_offer(struct server *sv, const union clc_msg *m, int fds[OFFER_F
 	if (!sv->direct)
 		sv->netns = proof_netns_cookie(sv->fd);
 	reason = offer_check(sv, m, fds, &p);
+	if (reason == R_NONE && (m->accept.flags & CLC_OFFER_F_TCP_PREFIX) && !sv->direct)
+		reason = server_tcp_prefix(sv, &p);
 	if (p.region && inbox_offer_decide(region_up(p.region), reason == R_NONE ? OFFER_TAKEN :
 	                             OFFER_DECLINED | (uint32_t)reason << 8) < 0)
 		reason = R_PEER_WITHDREW;       /* the client gave up first */
+	/* taken: the first bytes are the ring's now, and TCP's no more */
+	if (reason == R_NONE && sv->tcp_prefix)
+		sys_recv(sv->fd, NULL, (size_t)sv->tcp_prefix, MSG_TRUNC | MSG_DONTWAIT);
 	sys_close(fds[OFFER_FD_TCP]);
 	sys_close(fds[OFFER_FD_REGION]);
 	if (reason != R_NONE) {

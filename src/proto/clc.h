@@ -51,9 +51,13 @@ struct clc_accept {
 	uint32_t ring_size;   /* data size of the ring whose descriptor comes along */
 	uint32_t rx_max;      /* ACCEPT: largest ring the server maps from the client;
 	                         CONFIRM: how much of the server's ring the client maps */
-	uint32_t pad;
+	uint32_t flags;       /* OFFER: CLC_OFFER_F_*; 0 otherwise */
 	uint64_t netns;
 };
+
+/* The client's first bytes go over TCP, to wake a listener that defers
+ * accept; the server moves them into the ring (ring_hdr.tcp_prefix). */
+#define CLC_OFFER_F_TCP_PREFIX 1u
 
 /* An offer for a connection that has no TCP connection behind it. */
 struct clc_direct {

@@ -36,6 +36,7 @@
 #define RING_F_SHUTDOWN 1u   /* no data after fin_prod (shutdown(SHUT_WR)) */
 #define RING_F_CLOSED   2u   /* last holder closed the connection */
 #define RING_F_ABORT    4u   /* closed with unread data: peer sees ECONNRESET */
+#define RING_PREFIX_SET (1ull << 63)  /* tcp_prefix: the client's first bytes are sent */
 
 struct ring_hdr {
 	uint32_t magic;
@@ -73,6 +74,11 @@ struct ring_hdr {
 	/* client->server ring only: the offer word of the inbox handshake (inbox.h,
 	 * states OFFER_* below) */
 	_Alignas(64) _Atomic uint32_t offer;
+	/* client->server ring, an offer to a listener that defers accept: the
+	 * bytes of the stream the client sent over TCP before the decision
+	 * (they wake the server), with RING_PREFIX_SET once they are sent; the
+	 * server moves them to the head of this ring when it takes the offer */
+	_Atomic uint64_t tcp_prefix;
 	/* pool references (ref_prod counts them): reference i stands in the
 	 * stream at the one placeholder byte at ref[i % RING_REFS].pos, for the
 	 * @len bytes at offset @off of the owner's pool (rx.c reads them) */

@@ -458,6 +458,7 @@ struct find_state {
 	struct listener_info *info;
 	int inboxes_seen;       /* live same-namespace entries, for exclusivity */
 	int untrusted;          /* live entries whose writer could not be vouched for */
+	int defers;             /* a live entry for the address says TCP_DEFER_ACCEPT */
 	int listener_uid_known; /* 1: listener_uid from the kernel; -1: none to be had */
 	uid_t listener_uid;
 };
@@ -524,12 +525,31 @@ static enum listener_match match_kind(const struct find_state *f, const struct l
 	if (!ep_covers(&l->ip, f->dst, (l->flags & LISTEN_F_V6ONLY) != 0))
 		return LM_ELSEWHERE;
 	if (l->netns == f->my_netns)
-		m = (l->flags & LISTEN_F_DEFER) ? LM_DEFER : LM_SAME_NETNS;
+		m = LM_SAME_NETNS;
 	else if (ep_is_loopback(f->dst))
 		return LM_ELSEWHERE;    /* loopback never leaves our namespace */
 	else
-		m = (l->flags & LISTEN_F_DEFER) ? LM_DEFER : LM_OTHER_NETNS;
+		m = LM_OTHER_NETNS;
 	return (l->flags & LISTEN_F_UNREACHABLE) ? LM_UNREACHABLE : m;
+}
+
+/*
+ * TCP_DEFER_ACCEPT belongs to the listening socket, which the processes
+ * that accept on it share, so one entry saying so is enough.  The kernel
+ * then wakes the acceptor only at the client's first bytes: a client may
+ * send them over TCP with its offer to the one process that accepts
+ * (info->defers, client.c); to anyone else it stays on TCP at once.
+ */
+static void listener_defers(struct find_state *f)
+{
+	struct listener_info *i = f->info;
+
+	if (!f->defers || i->m == LM_UNREACHABLE)
+		return;
+	if (i->m == LM_SAME_NETNS && i->exclusive)
+		i->defers = 1;
+	else if (i->m > LM_ELSEWHERE)
+		i->m = LM_DEFER;
 }
 
 static int match_listener(int dirfd, const char *sub, const char *name, void *arg)
@@ -547,6 +567,7 @@ static int match_listener(int dirfd, const char *sub, const char *name, void *ar
 	if (m == LM_SAME_NETNS || m == LM_OTHER_NETNS) {
 		if (!entry_alive(dirfd, sub, name, &owner))
 			return 0;
+		f->defers |= (l.flags & LISTEN_F_DEFER) != 0;
 		if (!entry_trusted(f, owner, m)) {
 			f->untrusted++;
 			m = LM_UNVERIFIED;
@@ -554,8 +575,7 @@ static int match_listener(int dirfd, const char *sub, const char *name, void *ar
 	}
 	if (m < f->info->m || (m == f->info->m && m != LM_SAME_NETNS))
 		return 0;
-	if (m > LM_ELSEWHERE && m != LM_SAME_NETNS && m != LM_OTHER_NETNS && m != LM_UNVERIFIED &&
-	    !entry_alive(dirfd, sub, name, &owner))
+	if (m == LM_UNREACHABLE && !entry_alive(dirfd, sub, name, &owner))
 		return 0;
 	f->info->m = m;
 	if (m == LM_SAME_NETNS)
@@ -673,6 +693,7 @@ void registry_listener_find(int dirfd, const struct ep *dst, uint64_t my_netns,
 		port_note_unlistened(dst->port, added);
 	if (info->m != LM_SAME_NETNS || f.untrusted)
 		info->exclusive = 0;    /* the acceptor may be in another namespace, or another's */
+	listener_defers(&f);
 	/* our own scan may have removed dead entries: look at l/ again */
 	if (have_mtime && fstatat(dirfd, "l", &st, 0) == 0 &&
 	    scan_start - (st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec) > LOOKUP_QUIET_NS) {

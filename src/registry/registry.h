@@ -120,7 +120,8 @@ enum listener_match {
 	                     owner: anyone may write an entry (registry_listener_find) */
 	LM_SAME_NETNS,
 	LM_OTHER_NETNS,
-	LM_DEFER,         /* it does, with TCP_DEFER_ACCEPT */
+	LM_DEFER,         /* it does, with TCP_DEFER_ACCEPT, and more than one process
+	                     accepts there (one: LM_SAME_NETNS, info->defers) */
 	LM_UNREACHABLE,   /* an acceptor there cannot use the registry (LISTEN_F_UNREACHABLE),
 	                     or we may not read the listeners' entries (EACCES) */
 };
@@ -129,6 +130,7 @@ struct listener_info {
 	/* LM_SAME_NETNS: one process (pid) accepts there, through this inbox
 	 * (and offer.direct, when every entry names that one) */
 	int exclusive;
+	int defers;             /* ...and its listening socket defers accept */
 	int pid;
 	uid_t owner;            /* who wrote its entry, and so made its inbox */
 	struct listener_offer offer;

@@ -43,7 +43,8 @@ static int registered_early(int fd)
 {
 	uint16_t f = fd_flags(fd);
 
-	return (f & (FDF_TCP | FDF_LISTENING | FDF_PENDING)) == FDF_TCP && !fd_has_conn(fd);
+	return ((f & (FDF_TCP | FDF_LISTENING | FDF_PENDING)) == FDF_TCP && !fd_has_conn(fd)) ||
+	       (f & FDF_PREFIX);       /* pending, its first bytes to go over TCP */
 }
 
 EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
@@ -51,7 +52,7 @@ EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	REAL(epoll_ctl);
 	int rc;
 
-	if (smclo_active && op != EPOLL_CTL_DEL) {
+	if (smclo_active && op != EPOLL_CTL_DEL && !(fd_flags(fd) & FDF_PREFIX)) {
 		hs_resolve_fd(fd);      /* the kernel must watch the descriptor it will be */
 		hs_listener_no_direct(fd);      /* it would not see direct connections */
 	}
@@ -106,6 +107,8 @@ static int watched_epoll(const struct epoll_call *k, int epfd, struct epoll_even
 {
 	long long deadline = timeout > 0 ? now_ms() + timeout : 0;
 
+	if (smclo_active)
+		epoll_early_before_wait(epfd);
 	for (int first = 1;; first = 0) {
 		int v = smclo_active ? epoll_watch_before_wait(epfd, ev, max, timeout, k->mask == NULL)
 		                     : WATCH_PASS;

@@ -20,7 +20,10 @@
  *
  * Such a connection never goes pending (handshake/client.c): it is decided
  * inside connect(), so the program, asleep in its set, never waits for a
- * decision nothing would make.  A registration that could not be recorded
+ * decision nothing would make.  The one exception is a connection to a
+ * listener that defers accept, pending until its first bytes went over TCP
+ * (hs_send_prefix): a wait on a set that holds it decides it first
+ * (epoll_early_before_wait), as poll() and select() do.  A registration that could not be recorded
  * (no memory) leaves its connection on TCP (FDF_EPOLL_LOST, R_EPOLL_EARLY).
  */
 #include "epoll_early.h"
@@ -28,6 +31,7 @@
 
 #include "fdtab.h"
 #include "epoll_watch.h"
+#include "handshake.h"
 
 #include "sys.h"
 
@@ -47,6 +51,7 @@ static pthread_mutex_t early_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct early_reg *regs;
 static int n_regs, cap_regs;
 static _Atomic int n_moving;            /* registrations between swap_begin and _end */
+static _Atomic int n_regs_any;          /* n_regs, for a look without the lock */
 
 static struct early_reg *early_find(int epfd, int fd)
 {
@@ -60,6 +65,7 @@ static void early_drop(int i)
 {
 	sys_close(regs[i].set);
 	regs[i] = regs[--n_regs];
+	n_regs_any = n_regs;
 }
 
 /* Record ADD or MOD of @fd in @epfd; 0, or -1 when there is no room. */
@@ -82,6 +88,7 @@ static int early_note(int epfd, int fd, const struct epoll_event *ev)
 			cap_regs = cap;
 		}
 		r = &regs[n_regs++];
+		n_regs_any = n_regs;
 		*r = (struct early_reg){ .fd = fd, .epfd = epfd, .set = set };
 	}
 	r->ev = ev ? *ev : (struct epoll_event){ 0 };
@@ -160,6 +167,22 @@ void epoll_early_swap_end(int fd)
 	}
 	pthread_mutex_unlock(&early_lock);
 	fd_epoll_early(fd, 0);
+}
+
+void epoll_early_before_wait(int epfd)
+{
+	int fds[64], n = 0;
+
+	if (!n_regs_any)
+		return;
+	pthread_mutex_lock(&early_lock);
+	for (int i = 0; i < n_regs && n < 64; i++)
+		if (regs[i].epfd == epfd &&
+		    (fd_flags(regs[i].fd) & (FDF_PENDING | FDF_PREFIX)) == FDF_PENDING)
+			fds[n++] = regs[i].fd;
+	pthread_mutex_unlock(&early_lock);
+	for (int i = 0; i < n; i++)
+		hs_resolve_fd(fds[i]);  /* swap_begin/_end take the lock again */
 }
 
 void epoll_early_fork_lock(void)

@@ -18,6 +18,8 @@ void epoll_early_fd_closed(int fd);
  */
 void epoll_early_swap_begin(int fd);
 void epoll_early_swap_end(int fd);
+/* Before a wait on @epfd: decide the pending connections registered in it early. */
+void epoll_early_before_wait(int epfd);
 /* Around fork() (runtime/fork.c): first of the shim's locks, before epoll_watch's. */
 void epoll_early_fork_lock(void);
 void epoll_early_fork_unlock(void);

@@ -133,13 +133,18 @@ static ssize_t send_iov(struct conn *c, int fd, const struct iovec *iov, int n, 
 
 /*
  * shim_conn() for the sending calls: while the handshake is undecided a
- * small write goes into the ring without waiting for the decision (*sent
- * says how much; -1 when it did not).
+ * small write goes into the ring without waiting for the decision, or a
+ * first one over TCP to a listener that defers accept (*sent says how much,
+ * or -1 with errno; SEND_PASS when it did not).
  */
+#define SEND_PASS (-2)
 static struct conn *shm_conn_send(int fd, const struct iovec *iov, int n, int flags,
                                   ssize_t *sent)
 {
-	*sent = -1;
+	*sent = SEND_PASS;
+	if (smclo_active && (fd_flags(fd) & FDF_PREFIX) && hs_send_prefix(fd, iov, n, flags, sent))
+		return NULL;
+	*sent = SEND_PASS;
 	if (smclo_active && (fd_flags(fd) & FDF_PENDING) && !(flags & MSG_OOB)) {
 		struct conn *c = fd_get_conn(fd);
 		if (c) {
@@ -147,6 +152,7 @@ static struct conn *shm_conn_send(int fd, const struct iovec *iov, int n, int fl
 			conn_put(c);
 			if (*sent >= 0)
 				return NULL;
+			*sent = SEND_PASS;
 		}
 	}
 	return shim_conn(fd);
@@ -159,7 +165,7 @@ EXPORT ssize_t write(int fd, const void *buf, size_t n)
 	ssize_t sent;
 	struct conn *c = shm_conn_send(fd, &iov, 1, 0, &sent);
 
-	if (sent >= 0)
+	if (sent != SEND_PASS)
 		return sent;
 	return c ? send_iov(c, fd, &iov, 1, 0) : real_write(fd, buf, n);
 }
@@ -170,7 +176,7 @@ EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
 	ssize_t sent;
 	struct conn *c = shm_conn_send(fd, iov, n, 0, &sent);
 
-	if (sent >= 0)
+	if (sent != SEND_PASS)
 		return sent;
 	return c ? send_iov(c, fd, iov, n, 0) : real_writev(fd, iov, n);
 }
@@ -182,7 +188,7 @@ EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 	ssize_t sent;
 	struct conn *c = shm_conn_send(fd, &iov, 1, flags, &sent);
 
-	if (sent >= 0)
+	if (sent != SEND_PASS)
 		return sent;
 	return c ? send_iov(c, fd, &iov, 1, flags) : real_send(fd, buf, n, flags);
 }
@@ -195,7 +201,7 @@ EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 	ssize_t sent;
 	struct conn *c = shm_conn_send(fd, &iov, 1, flags, &sent);
 
-	if (sent >= 0)
+	if (sent != SEND_PASS)
 		return sent;
 	/* a connected TCP socket ignores a destination address */
 	return c ? send_iov(c, fd, &iov, 1, flags) : real_sendto(fd, buf, n, flags, sa, len);
@@ -207,7 +213,7 @@ EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 	ssize_t sent;
 	struct conn *c = shm_conn_send(fd, m->msg_iov, (int)m->msg_iovlen, flags, &sent);
 
-	if (sent >= 0)
+	if (sent != SEND_PASS)
 		return sent;
 	if (c)
 		return send_iov(c, fd, m->msg_iov, (int)m->msg_iovlen, flags);
@@ -216,10 +222,18 @@ EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 	return real_sendmsg(fd, m, flags);
 }
 
+/* Bytes from a file or pipe are no first write that could go over TCP as one. */
+static struct conn *shim_conn_filling(int out)
+{
+	if (smclo_active && (fd_flags(out) & FDF_PREFIX))
+		hs_resolve_fd(out);     /* TCP at once */
+	return shim_conn(out);
+}
+
 EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t count)
 {
 	REAL(sendfile);
-	struct conn *c = shim_conn(out);
+	struct conn *c = shim_conn_filling(out);
 	ssize_t r;
 
 	if (!c)
@@ -266,7 +280,7 @@ EXPORT ssize_t splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t l
 	struct conn *c;
 	ssize_t r;
 
-	if ((c = shim_conn(out)) != NULL) {
+	if ((c = shim_conn_filling(out)) != NULL) {
 		r = tx_sendfile(c, out, in, (off_t *)off_in, len);
 		conn_put(c);
 		return shim_ret(r);

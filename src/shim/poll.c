@@ -16,8 +16,8 @@ static void decide_polled_fd(int fd)
 {
 	uint16_t f = fd_flags(fd);
 
-	if (f & FDF_PENDING)
-		hs_resolve_fd(fd);
+	if ((f & (FDF_PENDING | FDF_PREFIX)) == FDF_PENDING)
+		hs_resolve_fd(fd);      /* one whose first bytes wait is the TCP socket still */
 	if ((f & (FDF_LISTENING | FDF_NO_DIRECT)) == FDF_LISTENING)
 		hs_listener_no_direct(fd);
 }

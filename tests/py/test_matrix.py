@@ -142,8 +142,12 @@ BUGS = {}
 #   mapped the pool (its first sends are copies), copied on the tcp path.
 # * defer-after-listen: TCP_DEFER_ACCEPT set after listen() (pgbouncer, apache2's
 #   AcceptFilter): the kernel wakes the server only at the client's first
-#   bytes, so a client waiting for the handshake would stall; its entry is made
-#   again saying so (hs_listener_defers) and clients take TCP at once.
+#   bytes, so a client waiting for the handshake would stall.  Its entry says
+#   so (hs_listener_defers); the client sends its first write over TCP with
+#   its offer and the server, woken by it, moves those bytes to the ring's
+#   head when it takes the offer (hs_send_prefix, server_tcp_prefix): the
+#   inbox handshake, never direct (a first write needs a TCP connection to
+#   go over).  A client that may not offer (SMCLO_INBOX=0) takes TCP at once.
 # * user-accept, user-epoll, user-prefork: the server a service user's from the
 #   start (nobody; memcached, redis and mosquitto run so), root's client, a
 #   registry every user may use (as the default one, /dev/shm/smclo): the
@@ -185,7 +189,7 @@ exec-closerange    direct         inbox          rendezvous      tcp
 spawn-cat          direct         inbox          rendezvous      tcp
 subprocess-cat     direct         inbox          rendezvous      tcp
 system-cat         direct         inbox          rendezvous      tcp
-defer-after-listen defer          defer          defer           tcp
+defer-after-listen inbox          inbox          defer           tcp
 setuid             no-registry    no-registry    no-registry     tcp
 setuid-shared      inbox          inbox          rendezvous      tcp
 user-accept        direct         inbox          rendezvous      tcp

@@ -88,6 +88,7 @@ struct server {
 	int rendezvous;         /* O_PATH descriptor of the client's p/<key> */
 	uint64_t nonce;
 	int s;                  /* our end of the socket pair, or -1 */
+	uint64_t tcp_prefix;    /* the client's first bytes, moved from TCP to its ring */
 };
 
 /* The process's one socket that sends every ACCEPT and DECLINE, or -1. */
