@@ -111,14 +111,17 @@ def row_steps(runs, only, modes):
 
 
 class Run:
-    """Start a server, run a client, stop the server; CPU of both."""
+    """Start a server, run a client, stop the server; CPU of both.  With
+    @defaults, smclo as it comes (the host's shared registry, no setting):
+    its counters are every user's, read before and after as the others'."""
 
-    def __init__(self, mode):
+    def __init__(self, mode, defaults=False):
         self.mode = mode
-        self.env = dict(os.environ)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SMCLO_")}
         self.env.pop("LD_PRELOAD", None)
-        if mode == "smclo":
-            self.env["SMCLO_DIR"] = str(WORK / "registry")
+        self.registry = Path("/dev/shm/smclo") if defaults else WORK / "registry"
+        if mode == "smclo" and not defaults:
+            self.env["SMCLO_DIR"] = str(self.registry)
 
     def cmd(self, args):
         return ([SMCLO, "run", "--"] if self.mode == "smclo" else []) + list(args)
@@ -126,7 +129,7 @@ class Run:
     def accelerated(self):
         """(client ends accelerated, ends on TCP for a reason that spoils the
         figure, connections kept on TCP as short-lived on busy CPUs)."""
-        if self.mode != "smclo" or not (WORK / "registry").exists():
+        if self.mode != "smclo" or not self.registry.exists():
             return (0, 0, 0)
         st = json.loads(subprocess.run([SMCLO, "stats", "--json"], env=self.env, check=True,
                                        capture_output=True, text=True).stdout)
@@ -241,8 +244,35 @@ def nginx(mode, secs):
     conf = WORK / ("nginx-%d.conf" % port)
     conf.write_text(NGINX_CONF.format(d=WORK, p=port))
     out, cpu = Run(mode)(["nginx", "-c", str(conf), "-p", str(WORK)],
-                         ["wrk", "-t", "2", "-c", "100", "-d", str(secs),
+                         ["wrk", "-t", "2", "-c", "100", "-d", "%ds" % max(1, int(secs)),
                           "http://127.0.0.1:%d/index.html" % port], ready_port=port)
+    if "Socket errors" in out or "Non-2xx" in out:
+        raise RuntimeError("wrk reported errors:\n" + out)
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), cpu
+
+
+# nginx as Debian runs it: started by root without a `user` directive, so its
+# workers run as another user (nobody; Debian's own configuration says
+# www-data), and smclo with its defaults: across users, the host's registry
+NGINX_DEBIAN_CONF = NGINX_CONF.replace("user root;", "")
+
+
+@tcp_only
+def nginx_debian(mode, secs):
+    (WORK / "www").mkdir(exist_ok=True)
+    (WORK / "t").mkdir(exist_ok=True)
+    for d in (WORK, WORK / "www", WORK / "t"):
+        os.chmod(d, 0o755)              # the workers read, and write temp files
+    os.chmod(WORK / "t", 0o777)
+    (WORK / "www" / "index.html").write_text("<html><body>" + "smclo " * 100 + "</body></html>\n")
+    os.chmod(WORK / "www" / "index.html", 0o644)
+    port = free_port()
+    conf = WORK / ("nginx-debian-%d.conf" % port)
+    conf.write_text(NGINX_DEBIAN_CONF.format(d=WORK, p=port))
+    wrk = ["wrk", "-t", "2", "-c", "100", "-d", "%ds" % max(1, int(secs)),
+           "http://127.0.0.1:%d/index.html" % port]
+    out, cpu = Run(mode, defaults=True)(["nginx", "-c", str(conf), "-p", str(WORK)], wrk,
+                                        ready_port=port)
     if "Socket errors" in out or "Non-2xx" in out:
         raise RuntimeError("wrk reported errors:\n" + out)
     return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), cpu
@@ -264,6 +294,9 @@ ROWS = [
      redis("get"), "redis-server --port P ; redis-benchmark -t get -n 200000 -c 50 -d 1024"),
     ("nginx (2 workers) + wrk -t2 -c100", "req/s", True, ">= 1.6x", ">= 2x", "1.42x",
      nginx, "nginx (worker_processes 2) ; wrk -t 2 -c 100 -d T http://127.0.0.1:P/index.html"),
+    ("nginx as Debian runs it (workers nobody) + wrk -t2 -c100", "req/s", True, ">= 1.6x",
+     ">= 2x", "1.42x", nginx_debian,
+     "nginx started by root, no `user` directive, smclo's defaults ; wrk -t 2 -c 100 -d T ..."),
     ("connection setup (connect, 100 B RTT, close)", "conn/s", True, ">= 0.85x", ">= 1x", "n/a",
      worker("connect", 100), "smclo __bench-worker server P connect 100 0 ; ... client P connect 100 T (AF_UNIX: a socket path for P)"),
 ]

@@ -9,12 +9,22 @@ handshake timeout counted, nothing left running (the watchdog).
 * memcached -u memcache: it drops to its user before it listens;
 * redis-server as the redis user, as its systemd unit runs it;
 * mosquitto started as root with its packaged configuration: it drops to
-  the mosquitto user.
+  the mosquitto user;
+* PostgreSQL behind pgbouncer (its packaged configuration, transaction
+  pooling), both as the postgres user: pgbouncer's default
+  tcp_defer_accept;
+* apache2 (mpm_event and mpm_prefork) with Debian's configuration and its
+  default AcceptFilter: not accelerated (several children accept on a
+  deferring listener), but never a stall, a graceful restart under load.
 """
 import os
 import pwd
+import re
+import signal
 import subprocess
 import time
+
+import pytest
 
 from conftest import SMCLO, default_env, free_port, need, wait_port
 from test_servers import assert_accelerated, fetch_all, nginx_healthy, scratch  # noqa: F401
@@ -153,4 +163,151 @@ def test_mosquitto_own_user(default_reg, procs, scratch):  # noqa: F811
     out, err = sub.communicate(timeout=30)
     assert out == payload.read_bytes(), (len(out), err)
     no_timeouts(assert_accelerated(default_reg, 2))
+    assert srv.poll() is None
+
+
+def test_postgresql_behind_pgbouncer(default_reg, procs, scratch):  # noqa: F811
+    """PostgreSQL and pgbouncer as the postgres user (Debian's units run both
+    so), pgbouncer with its packaged configuration - only paths, ports, the
+    database and transaction pooling set - and so with its default
+    tcp_defer_accept: the kernel wakes it only at a client's first bytes,
+    which go over TCP with the client's offer (docs/design.md §2a).
+    pgbench -c 8 through pgbouncer: no failed transaction, both hops
+    accelerated, no handshake timeout."""
+    from test_servers import pg_bindir, AS_POSTGRES
+    need("pgbouncer")
+    bindir = pg_bindir()
+    pg = pwd.getpwnam("postgres")
+    base = scratch("smclo-pgb-", 0o700, owner=pg)
+    env = dict(default_reg.env, HOME=str(base), PGCONNECT_TIMEOUT="10", PGPASSWORD="pw")
+
+    def as_pg(args, timeout=60, smclo=True):
+        cmd = AS_POSTGRES + ([SMCLO, "run", "--"] if smclo else []) + [str(a) for a in args]
+        return subprocess.run(cmd, env=env, cwd=base, capture_output=True, text=True,
+                              timeout=timeout)
+
+    r = as_pg([bindir / "initdb", "-D", base / "data", "--auth-host=md5", "--auth-local=trust"],
+              smclo=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pg_port, bouncer_port = free_port(), free_port()
+    log = base / "postgres.log"
+    with open(log, "w") as logf:
+        os.chown(log, pg.pw_uid, pg.pw_gid)
+        db = procs.start(AS_POSTGRES + [SMCLO, "run", "--", str(bindir / "postgres"), "-D",
+                                        str(base / "data"), "-p", str(pg_port), "-c",
+                                        "listen_addresses=127.0.0.1", "-k", str(base)],
+                         env, smclo=False, cwd=base, stdout=logf, stderr=subprocess.STDOUT)
+    deadline = time.time() + 30
+    while "ready to accept connections" not in log.read_text():
+        assert db.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+    r = as_pg(["psql", "-h", base, "-p", pg_port, "-c", "ALTER USER postgres PASSWORD 'pw'",
+               "postgres"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    ini = open("/etc/pgbouncer/pgbouncer.ini").read()
+    for old, new in (("logfile = /var/log/postgresql/pgbouncer.log", "logfile = %s/pgb.log" % base),
+                     ("pidfile = /var/run/postgresql/pgbouncer.pid", "pidfile = %s/pgb.pid" % base),
+                     ("listen_port = 6432", "listen_port = %d" % bouncer_port),
+                     ("unix_socket_dir = /var/run/postgresql", "unix_socket_dir = %s" % base),
+                     ("auth_file = /etc/pgbouncer/userlist.txt",
+                      "auth_file = %s/userlist.txt\npool_mode = transaction" % base),
+                     ("[databases]", "[databases]\npostgres = host=127.0.0.1 port=%d" % pg_port)):
+        assert old in ini, old
+        ini = ini.replace(old, new)
+    (base / "pgbouncer.ini").write_text(ini)
+    (base / "userlist.txt").write_text('"postgres" "pw"\n')
+    for f in ("pgbouncer.ini", "userlist.txt"):
+        os.chown(base / f, pg.pw_uid, pg.pw_gid)
+    bouncer = procs.start(AS_POSTGRES + [SMCLO, "run", "--", "pgbouncer",
+                                         str(base / "pgbouncer.ini")],
+                          env, smclo=False, cwd=base)
+    wait_port(bouncer_port, proc=bouncer)
+    r = as_pg([bindir / "pgbench", "-i", "-h", "127.0.0.1", "-p", pg_port, "postgres"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    reg = type(default_reg)()           # from here: the run through pgbouncer
+    try:
+        r = as_pg([bindir / "pgbench", "-c", "8", "-j", "2", "-T", "5", "-h", "127.0.0.1", "-p",
+                   bouncer_port, "postgres"])
+        assert r.returncode == 0, r.stdout + r.stderr
+        m = re.search(r"number of failed transactions: (\d+)", r.stdout)
+        assert m and int(m.group(1)) == 0, r.stdout + r.stderr
+        assert int(re.search(r"actually processed: (\d+)", r.stdout).group(1)) > 0, r.stdout
+    finally:
+        procs.stop(bouncer)
+        procs.stop(db, signal.SIGINT)
+    # 1 + 8 pgbench connections to pgbouncer; pgbouncer's own to postgres
+    st = reg.wait_stats(lambda s: s["accelerated_client"] >= 10)
+    assert st["fallback"] == 0, {k: v for k, v in st["fallback_by_reason"].items() if v}
+    assert st["accelerated_client"] >= 10 and st["accelerated_server"] == st["accelerated_client"], st
+
+
+APACHE = r"""
+set -e
+conf=$1; port=$2; mpm=$3
+cp -a /etc/apache2/. "$conf/"
+sed -i "s/^Listen 80$/Listen 127.0.0.1:$port/" "$conf/ports.conf"
+sed -i "s/<VirtualHost \*:80>/<VirtualHost *:$port>/; s#/var/www/html#$conf/www#" \
+    "$conf/sites-enabled/000-default.conf"
+sed -i "s#/var/run/apache2#$conf/run#; s#/var/lock/apache2#$conf/lock#; s#/var/log/apache2#$conf/log#" \
+    "$conf/envvars"
+sed -i "s#<Directory /var/www/>#<Directory $conf/www/>#" "$conf/apache2.conf"
+rm -f "$conf"/mods-enabled/mpm_*
+ln -s ../mods-available/mpm_$mpm.load ../mods-available/mpm_$mpm.conf "$conf/mods-enabled/" \
+    2>/dev/null || { ln -s "$conf/mods-available/mpm_$mpm.load" "$conf/mods-enabled/";
+                     ln -s "$conf/mods-available/mpm_$mpm.conf" "$conf/mods-enabled/"; }
+mkdir -p "$conf/run" "$conf/lock" "$conf/log" "$conf/www"
+"""
+
+
+@pytest.mark.parametrize("mpm", ["event", "prefork"])
+def test_apache2_default_accept_filter(default_reg, procs, scratch, mpm):  # noqa: F811
+    """apache2 as Debian configures it (only the port and paths changed):
+    started by root, children as www-data, its Linux default AcceptFilter
+    (http: TCP_DEFER_ACCEPT) on a listener several children accept on.  Not
+    accelerated: a client cannot know which child will be woken by its
+    first bytes (docs/design.md §8).  But no connection stalls: ab -c 20
+    (with and without keep-alive) and a graceful restart under load, every
+    request answered byte exact, every client end on TCP named
+    defer-accept, none waiting out a handshake timeout (before the fix of
+    deferred accept, 40 requests took 12 s)."""
+    need("apache2")
+    need("ab")
+    conf = scratch("smclo-apache-", 0o755)
+    port = free_port()
+    r = subprocess.run(["sh", "-c", APACHE, "sh", str(conf), str(port), mpm],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    blob = os.urandom(50000)
+    (conf / "www" / "blob.bin").write_bytes(blob)
+    env = dict(default_reg.env, APACHE_CONFDIR=str(conf))
+    srv = procs.start(["sh", "-c", '. "$APACHE_CONFDIR/envvars" && exec %s run -- apache2 '
+                       '-d "$APACHE_CONFDIR" -DFOREGROUND' % SMCLO], env, smclo=False)
+    wait_port(port, proc=srv)
+    url = "http://127.0.0.1:%d/blob.bin" % port
+    t0 = time.monotonic()
+    for keepalive in ([], ["-k"]):
+        r = subprocess.run([SMCLO, "run", "--", "ab", "-q", "-n", "200", "-c", "20"] + keepalive +
+                           [url], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert re.search(r"Failed requests:\s+0\n", r.stdout), r.stdout
+        assert re.search(r"Complete requests:\s+200\n", r.stdout), r.stdout
+        assert "Non-2xx" not in r.stdout and "Document Length:        50000" in r.stdout, r.stdout
+    # a graceful restart while requests come
+    ab = subprocess.Popen([SMCLO, "run", "--", "ab", "-q", "-n", "400", "-c", "10", url],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    subprocess.run(["sh", "-c", '. "$APACHE_CONFDIR/envvars" && apache2 -d "$APACHE_CONFDIR" '
+                    '-k graceful'], env=env, check=True, timeout=30)
+    out, err = ab.communicate(timeout=120)
+    assert ab.returncode == 0 and re.search(r"Failed requests:\s+0\n", out), out + err
+    took = time.monotonic() - t0
+    got = subprocess.run(["curl", "-sS", "--max-time", "5", url], capture_output=True,
+                         timeout=10).stdout
+    assert got == blob
+    # 200 connections, 20 kept alive, 400: every client end named
+    st = default_reg.wait_stats(lambda s: s["fallback_by_reason"]["defer-accept"] >= 620)
+    assert st["fallback_by_reason"]["timeout"] == 0, st["fallback_by_reason"]
+    assert st["fallback_by_reason"]["defer-accept"] >= 620, st["fallback_by_reason"]
+    assert st["accelerated"] == 0, st
+    assert took < 60, "%.1f s for 800 requests" % took
     assert srv.poll() is None
