@@ -121,7 +121,7 @@ struct conn {
 	 * head when it takes the offer.  tcp_prefix: 0 no such thing; else the
 	 * bytes sent so, with CONN_PREFIX_WAIT until the first write.
 	 */
-	uint64_t tcp_prefix;
+	_Atomic uint64_t tcp_prefix;
 	/*
 	 * A claim of our ring (tx_claim) or a peek at the peer's (rx_peek)
 	 * outstanding: its thread holds the transmit or receive lock until the

@@ -227,7 +227,9 @@ ssize_t tx_send_prefix(struct conn *c, int fd, const struct iovec *iov, int iovc
 		shared_unlock(&sh->tx_lock);
 		return -EALREADY;
 	}
-	k = sys_result(sys_sendmsg(fd, &m, flags));
+	/* only what changes how the call returns: MSG_MORE would hold the bytes
+	 * that must wake the server, and nothing else concerns them */
+	k = sys_result(sys_sendmsg(fd, &m, (flags & MSG_NOSIGNAL) | MSG_DONTWAIT));
 	if (k > 0) {
 		/* the stream's first k bytes: the server puts them at the ring's
 		 * head, so ours goes on from there; the doorbell stands for them */

@@ -122,6 +122,14 @@ void fd_add_flags(int fd, uint16_t flags)
 		atomic_fetch_or(&e->flags, flags);
 }
 
+void fd_clear_flags(int fd, uint16_t flags)
+{
+	struct fd_entry *e = fd_entry(fd);
+
+	if (e)
+		atomic_fetch_and(&e->flags, (uint16_t)~flags);
+}
+
 void fd_set_listen_lock(int fd, int lockfd)
 {
 	struct fd_entry *e = ent_use(fd);

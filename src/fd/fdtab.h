@@ -100,6 +100,7 @@ static inline int fd_epoll_early_count(int fd)
 	return e ? atomic_load_explicit(&e->epoll_early, memory_order_relaxed) : 0;
 }
 void fd_add_flags(int fd, uint16_t flags);
+void fd_clear_flags(int fd, uint16_t flags);       /* atomically, as fd_add_flags */
 /* Threads in accept()'s kernel wait on @fd, after adding @delta (direct.c). */
 int fd_kernel_accepts(int fd, int delta);
 void fd_set_listen_lock(int fd, int lockfd);

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <string.h>
@@ -482,7 +483,7 @@ void hs_resolve(int fd, struct conn *c, size_t reading)
 	if (c->tcp_prefix == CONN_PREFIX_WAIT) {
 		/* nothing woke the server yet, and nothing will: TCP at once */
 		w = inbox_offer_withdraw(region_up(c->region));
-		fd_set_flags(fd, fd_flags(fd) & ~FDF_PREFIX);
+		fd_clear_flags(fd, FDF_PREFIX);
 		if (w == OFFER_WITHDRAWN)
 			w = OFFER_DECLINED | (uint32_t)R_DEFER_ACCEPT << 8;
 	} else if (reading && !sockopt_may_have_timeouts(fd)) {
@@ -502,10 +503,12 @@ void hs_resolve(int fd, struct conn *c, size_t reading)
 		pending_take(fd, c);
 	else
 		pending_fall_back(fd, c, offer_reason(w));
-	fd_set_flags(fd, fd_flags(fd) & ~FDF_PENDING);
+	fd_clear_flags(fd, FDF_PENDING);
 	atomic_store(&c->pending, PENDING_NONE);
 	shared_unlock(&c->sh->tx_lock);
 }
+
+#define PREFIX_IOV_MAX 64      /* pieces of a first write sent as one (on the stack) */
 
 /* The first @max bytes of @iov (@n entries) as @out; its entries. */
 static int iov_head(const struct iovec *iov, int n, size_t max, struct iovec *out)
@@ -545,7 +548,7 @@ static int iov_tail(const struct iovec *iov, int n, size_t skip, struct iovec *o
 static ssize_t prefix_rest(int fd, struct conn *c, const struct iovec *iov, int n, size_t skip,
                            int flags)
 {
-	struct iovec tail[n];
+	struct iovec tail[PREFIX_IOV_MAX];
 	int tn = iov_tail(iov, n, skip, tail);
 	struct msghdr m = { .msg_iov = tail, .msg_iovlen = (size_t)tn };
 
@@ -555,24 +558,38 @@ static ssize_t prefix_rest(int fd, struct conn *c, const struct iovec *iov, int 
 	return sys_result(sys_sendmsg(fd, &m, flags));
 }
 
+/* Would a first write sit in the socket instead of waking the server? */
+static int prefix_corked(int fd)
+{
+	int v = 0;
+	socklen_t l = sizeof(v);
+
+	return sys_getsockopt(fd, IPPROTO_TCP, TCP_CORK, &v, &l) == 0 && v;
+}
+
 int hs_send_prefix(int fd, const struct iovec *iov, int n, int flags, ssize_t *sent)
 {
-	struct conn *c = fd_get_conn(fd);
-	struct iovec head[n > 0 ? n : 1];
+	struct conn *c;
+	struct iovec head[PREFIX_IOV_MAX];
 	size_t total = 0;
 	int hn, blocking;
 	ssize_t k, rest;
 
+	if (!(c = fd_get_conn(fd)))
+		return 0;
+	/* urgent data, a socket corked, a vector of many pieces (or one the
+	 * kernel would refuse): TCP for good, at once */
+	if ((flags & MSG_OOB) || n < 0 || n > PREFIX_IOV_MAX || prefix_corked(fd)) {
+		hs_resolve(fd, c, 0);
+		conn_put(c);
+		return 0;
+	}
 	for (int i = 0; i < n; i++)
 		total += iov[i].iov_len;
-	if (!c)
-		return 0;
-	if (total == 0 || (flags & MSG_OOB)) {  /* urgent data: TCP for good, at once */
-		if (total)
-			hs_resolve(fd, c, 0);
+	if (total == 0) {               /* TCP sends nothing either */
 		conn_put(c);
 		*sent = 0;
-		return total == 0;
+		return 1;
 	}
 	/* at most what the socket takes at once: the server reads none of it
 	 * before it has all of it, and a blocking send would wait for it */
@@ -587,12 +604,14 @@ int hs_send_prefix(int fd, const struct iovec *iov, int n, int flags, ssize_t *s
 	}
 	if (k >= 0) {
 		c->pending_until_ms = mono_now_ms() + cfg.handshake_ms;
-		fd_set_flags(fd, fd_flags(fd) & ~FDF_PREFIX);
+		fd_clear_flags(fd, FDF_PREFIX);
 		DBG("send fd %d: %zd bytes over TCP first, to wake the server", fd, k);
 	}
 	if (k > 0 && (size_t)k < total && blocking &&
 	    (rest = prefix_rest(fd, c, iov, n, (size_t)k, flags)) > 0)
 		k += rest;
+	else if (k > 0 && fd_epoll_early_count(fd))
+		hs_resolve(fd, c, 0);   /* a set may sleep on it: decided now (the server is up) */
 	conn_put(c);
 	*sent = k < 0 ? -1 : k;
 	if (k < 0)

@@ -102,7 +102,7 @@ int listener_register(int fd, const struct listener_offer *offer)
 	v = 0;
 	l = sizeof(v);
 	if (sys_getsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &v, &l) == 0 && v)
-		flags |= LISTEN_F_DEFER;
+		flags |= LISTEN_F_DEFER | LISTEN_F_PREFIX;
 	if (registry_unreachable)
 		flags |= LISTEN_F_UNREACHABLE;
 	lock = registry_listener_add(registry_fd, &e, proof_netns_cookie(fd), flags, offer);

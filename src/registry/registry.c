@@ -459,6 +459,7 @@ struct find_state {
 	int inboxes_seen;       /* live same-namespace entries, for exclusivity */
 	int untrusted;          /* live entries whose writer could not be vouched for */
 	int defers;             /* a live entry for the address says TCP_DEFER_ACCEPT */
+	int prefix_ok;          /* ...and every such entry takes first bytes over TCP */
 	int listener_uid_known; /* 1: listener_uid from the kernel; -1: none to be had */
 	uid_t listener_uid;
 };
@@ -546,7 +547,7 @@ static void listener_defers(struct find_state *f)
 
 	if (!f->defers || i->m == LM_UNREACHABLE)
 		return;
-	if (i->m == LM_SAME_NETNS && i->exclusive)
+	if (i->m == LM_SAME_NETNS && i->exclusive && f->prefix_ok)
 		i->defers = 1;
 	else if (i->m > LM_ELSEWHERE)
 		i->m = LM_DEFER;
@@ -567,7 +568,10 @@ static int match_listener(int dirfd, const char *sub, const char *name, void *ar
 	if (m == LM_SAME_NETNS || m == LM_OTHER_NETNS) {
 		if (!entry_alive(dirfd, sub, name, &owner))
 			return 0;
-		f->defers |= (l.flags & LISTEN_F_DEFER) != 0;
+		if (l.flags & LISTEN_F_DEFER) {
+			f->prefix_ok = (f->defers ? f->prefix_ok : 1) && (l.flags & LISTEN_F_PREFIX);
+			f->defers = 1;
+		}
 		if (!entry_trusted(f, owner, m)) {
 			f->untrusted++;
 			m = LM_UNVERIFIED;

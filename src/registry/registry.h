@@ -29,6 +29,9 @@
 
 #define LISTEN_F_V6ONLY 1u
 #define LISTEN_F_DEFER  2u
+#define LISTEN_F_PREFIX 8u      /* takes a client's first bytes from TCP (CLC_OFFER_F_TCP_PREFIX):
+                                   servers of older versions would take such an offer
+                                   and leave them there */
 #define LISTEN_F_UNREACHABLE 4u /* whoever accepts here changed to a user who cannot
                                    use the registry: clients stay on TCP at once */
 

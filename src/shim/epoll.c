@@ -56,6 +56,14 @@ EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		hs_resolve_fd(fd);      /* the kernel must watch the descriptor it will be */
 		hs_listener_no_direct(fd);      /* it would not see direct connections */
 	}
+	/* undecided, first bytes to go: the TCP socket's registration, recorded
+	 * to follow the switch, never watched or parked (epoll_watch.c) */
+	if (smclo_active && (fd_flags(fd) & FDF_PREFIX)) {
+		rc = real_epoll_ctl(epfd, op, fd, ev);
+		if (rc == 0)
+			epoll_early_ctl(epfd, op, fd, ev);
+		return rc;
+	}
 	if (smclo_active && (rc = epoll_watch_ctl_parked(epfd, op, fd, ev)) != WATCH_PASS)
 		return rc;
 	rc = real_epoll_ctl(epfd, op, fd, ev);

@@ -42,10 +42,20 @@ EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 	return real___read_chk(fd, buf, n, buflen);
 }
 
+/* What a read of @iov asks for: its size, for the decision (shim_conn_reading). */
+static size_t iov_size(const struct iovec *iov, int n)
+{
+	size_t t = 0;
+
+	for (int i = 0; i < n; i++)
+		t += iov[i].iov_len;
+	return t;
+}
+
 EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 {
 	REAL(readv);
-	struct conn *c = shim_conn(fd);
+	struct conn *c = shim_conn_reading(fd, n > 0 ? iov_size(iov, n) : 0, 0);
 
 	return c ? recv_iov(c, fd, iov, n, 0) : real_readv(fd, iov, n);
 }
@@ -106,7 +116,8 @@ EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int fl
 EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 {
 	REAL(recvmsg);
-	struct conn *c = shim_conn(fd);
+	struct conn *c = shim_conn_reading(fd, m->msg_iovlen > 0 && m->msg_iovlen < 1024 ?
+	                                   iov_size(m->msg_iov, (int)m->msg_iovlen) : 0, flags);
 	ssize_t r;
 
 	if (!c)         /* descriptors passed to us may be connections */

@@ -6,6 +6,8 @@
 
 #include "pollwait.h"
 
+#include <time.h>
+
 /* ---- poll and select (pollwait.c) --------------------------------------- */
 
 /*
@@ -37,12 +39,50 @@ static void decide_selected(int nfds, const fd_set *rd, const fd_set *wr, const 
 			decide_polled_fd(fd);
 }
 
+static int prefix_polled(const struct pollfd *fds, nfds_t n)
+{
+	for (nfds_t i = 0; i < n; i++)
+		if (fds[i].fd >= 0 && (fd_flags(fds[i].fd) & FDF_PREFIX))
+			return 1;
+	return 0;
+}
+
+/*
+ * A connection whose first bytes wait to go over TCP (hs_send_prefix) is
+ * polled as its TCP socket; but asleep there a poll would miss the switch
+ * another thread's first write makes.  So such a poll sleeps in slices and,
+ * once the first bytes went, decides and polls what the descriptor is now.
+ */
+static int poll_sliced(struct pollfd *fds, nfds_t n, int timeout, const sigset_t *mask)
+{
+	REAL(ppoll);
+	long long waited = 0;
+
+	for (;;) {
+		int slice = timeout >= 0 && timeout - waited < 10 ? (int)(timeout - waited) : 10;
+		struct timespec ts = { .tv_nsec = slice * 1000000L };
+		int r = real_ppoll(fds, n, &ts, mask);
+
+		waited += slice;
+		/* the first bytes went meanwhile: what the TCP socket said is stale */
+		if (!prefix_polled(fds, n)) {
+			decide_polled(fds, n);
+			return poll(fds, n, timeout < 0 ? -1 : timeout > waited ?
+			                                   (int)(timeout - waited) : 0);
+		}
+		if (r != 0 || (timeout >= 0 && waited >= timeout))
+			return r;
+	}
+}
+
 EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
 	REAL(poll);
 
 	if (smclo_active)
 		decide_polled(fds, n);
+	if (smclo_active && timeout != 0 && prefix_polled(fds, n))
+		return poll_sliced(fds, n, timeout, NULL);
 	if (smclo_active && pollwait_needed(fds, n))
 		return pollwait(fds, n, timeout, NULL);
 	return real_poll(fds, n, timeout);
@@ -60,6 +100,8 @@ EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const 
 
 	if (smclo_active)
 		decide_polled(fds, n);
+	if (smclo_active && shim_timespec_ms(ts) != 0 && prefix_polled(fds, n))
+		return poll_sliced(fds, n, shim_timespec_ms(ts), mask);
 	if (smclo_active && pollwait_needed(fds, n))
 		return pollwait(fds, n, shim_timespec_ms(ts), mask);
 	return real_ppoll(fds, n, ts, mask);

@@ -107,9 +107,10 @@ print("bad", bad)
 #              its first write, every wait there (nginx's upstream, libevent)
 #   poll       non-blocking connect, poll for POLLOUT, write, poll for POLLIN (curl, ab)
 #   reader     a thread reading before the first write is made (full duplex)
+#   poller     a thread asleep in poll(POLLIN), epoller one in epoll_wait, before it
 #   closer     every other connection closed without a byte (a health check)
 CLIENTS = r"""
-import os, select, socket, sys, threading
+import os, select, socket, sys, threading, time
 port, n, kind = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 bad = 0
 
@@ -158,25 +159,41 @@ def by_poll(c, data):
     return echo_nonblocking(c, data, wait)
 
 
+# how the reading thread waits: in recv() itself, or asleep in poll or
+# epoll_wait before each recv (the first sleep begins before any write)
+def sleeper(c):
+    if kind == "epoller":
+        ep = select.epoll()
+        ep.register(c.fileno(), select.EPOLLIN)
+        return lambda: ep.poll(10)
+    if kind == "poller":
+        p = select.poll()
+        p.register(c, select.POLLIN)
+        return lambda: p.poll(10000)
+    return None
+
+
 def with_reader(c, data):
     c.setblocking(True)
-    c.settimeout(None)
+    sleep = sleeper(c)
     got = []
     def read():
-        while True:
+        while sleep is None or sleep():
             d = c.recv(65536)
             if not d:
                 return
             got.append(d)
     t = threading.Thread(target=read)
     t.start()
+    if sleep:
+        time.sleep(0.05)
     c.sendall(data)
     c.shutdown(socket.SHUT_WR)
     t.join(10)
     return b"".join(got)
 
 
-run = {"epoll": by_epoll(), "poll": by_poll, "reader": with_reader, "closer": with_reader}[kind]
+run = {"epoll": by_epoll(), "poll": by_poll}.get(kind, with_reader)
 for i in range(n):
     data = os.urandom(1 + i * 4999)
     if kind == "closer":
@@ -193,7 +210,7 @@ print("bad", bad)
 """
 
 
-@pytest.mark.parametrize("kind", ["epoll", "poll", "reader", "closer"])
+@pytest.mark.parametrize("kind", ["epoll", "poll", "reader", "closer", "poller", "epoller"])
 def test_deferred_accept_clients(reg, procs, kind):
     port = free_port()
     srv = procs.start([PY, "-c", SERVER, str(port), "after-listen"], reg.env, text=True)
