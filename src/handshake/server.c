@@ -117,7 +117,7 @@ static int server_wait_confirm(struct server *sv, struct shm_parts *p)
 	union clc_msg m;
 	int fds[2], reason;
 
-	long deadline = mono_now_ms() + cfg.handshake_ms;
+	long deadline = mono_now_ms() + (sv->confirm_ms ? sv->confirm_ms : cfg.handshake_ms);
 
 	if (hs_msg_recv(sv->s, CLC_CONFIRM, sv->nonce, &m, fds, 2, deadline) < 0) {
 		/* before the deadline: the client hung up its end, it gave up */
@@ -349,6 +349,8 @@ static int server_rendezvous_owner(const struct server *sv, uid_t owner)
 	       R_NONE : R_UNVERIFIED;
 }
 
+#define CONFIRM_OTHER_MS 30     /* server_wait_confirm, for another user's client */
+
 /* ---- accept(): an offer in our inbox, a rendezvous, or plain TCP -------- */
 
 int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t peer_len)
@@ -397,6 +399,10 @@ int hs_accept(int lfd, int fd, int flags, const struct sockaddr *peer, socklen_t
 		return server_fallback(&sv, R_PEER_NO_SMCLO);
 	sv.netns = proof_netns_cookie(fd);
 	rc = server_rendezvous_owner(&sv, owner);
+	/* an honest client confirms at once (it waits for our ACCEPT); one of
+	 * another user holding our accept() costs us no more than this */
+	if (owner != 0 && !config_uid_trusted(&cfg, owner))
+		sv.confirm_ms = CONFIRM_OTHER_MS;
 	rc = rc == R_NONE ? server_handshake(&sv) : server_decline(&sv, rc);
 	sys_close(sv.rendezvous);
 	return rc;

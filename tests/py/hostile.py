@@ -39,7 +39,9 @@ ATTACK (server): pool-valid    - hand over a sealed pool, then one honest
                  squat:SPORT:SECONDS - bind the rendezvous of the connection
                                  from 127.0.0.1:SPORT to the port, then count
                                  what reaches it
-ATTACK (client): unsealed  - CONFIRM with a region that could be shrunk
+ATTACK (client): silent    - take the rendezvous ACCEPT and never confirm;
+                             print how long the server waited (ms)
+                 unsealed  - CONFIRM with a region that could be shrunk
                  size      - CONFIRM with a region of the wrong size
                  prod      - a valid region, then an impossible producer cursor
                  inbox-pipe     - an offer whose "socket pair" end is a pipe
@@ -438,6 +440,12 @@ def client(reg, port, attack):
     mtype, nonce, fields = parse(msg)
     assert mtype == ACCEPT and len(fds) == 2, (mtype, fds)
     pair = socket.socket(fileno=fds[0])
+    if attack == "silent":                   # never confirm: how long is the server held?
+        t0 = time.monotonic()
+        pair.settimeout(5)
+        pair.recv(1)
+        print("held", int((time.monotonic() - t0) * 1000), flush=True)
+        return
     up = down = 1 << 16
     length = 2 * HDR + up + down
     if attack == "size":

@@ -278,6 +278,33 @@ def test_squatted_rendezvous_gets_nothing(procs, tmp_path):
     assert got[0] in ("0", "1") and got[1:] == ["messages", "0", "descriptors"], (got, err)
 
 
+def test_silent_client_of_another_user_holds_accept_briefly(procs):
+    """MALLORY binds a rendezvous, connects, takes the server's ACCEPT and
+    never confirms: the server, inside accept(), waits for her CONFIRM
+    30 ms (an honest client confirms at once), not the handshake timeout
+    (300 ms, kept for one's own user) - an event loop's every connection
+    would wait behind her."""
+    port = free_port()
+    stress = str(TESTBIN / "stress")
+    srv = procs.start([SMCLO, "run", "--", stress, "server", str(port), "lt"], default_env(),
+                      smclo=False)
+    wait_port(port, proc=srv)
+    try:
+        held = []
+        for _ in range(3):
+            r = subprocess.run(as_user(MALLORY) + [PY3, HOSTILE, "client", SHARED, str(port),
+                                                   "silent"], env=default_env(),
+                               capture_output=True, text=True, timeout=60)
+            assert r.stdout.startswith("held"), r.stdout + r.stderr
+            held.append(int(r.stdout.split()[1]))
+        assert sorted(held)[1] < 150, held
+        assert srv.poll() is None
+    finally:
+        state = os.path.join(SHARED, "state3")      # her page, of no use to anyone
+        if os.path.exists(state) and os.stat(state).st_uid == MALLORY:
+            os.unlink(state)
+
+
 PRIVATE_FALLBACK = r"""
 set -e
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm

@@ -89,6 +89,7 @@ struct server {
 	uint64_t nonce;
 	int s;                  /* our end of the socket pair, or -1 */
 	uint64_t tcp_prefix;    /* the client's first bytes, moved from TCP to its ring */
+	int confirm_ms;         /* how long to wait for CONFIRM; 0: the handshake timeout */
 };
 
 /* The process's one socket that sends every ACCEPT and DECLINE, or -1. */
