@@ -27,7 +27,7 @@
 /* A small file (/proc, cgroupfs) as a string; its length, or -1. */
 static ssize_t read_text(const char *path, char *buf, size_t size)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = sys_open_read(path);
 	ssize_t n;
 
 	if (fd < 0)

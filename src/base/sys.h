@@ -15,6 +15,7 @@
 #include <time.h>
 #include <sys/socket.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -37,6 +38,13 @@ static inline ssize_t sys_read(int fd, void *b, size_t n)
 static inline ssize_t sys_write(int fd, const void *b, size_t n)
 {
 	return (ssize_t)syscall(SYS_write, fd, b, n);
+}
+
+/* open(O_RDONLY) without libc, to pair with sys_close: a sanitizer that
+ * sees one of the two and not the other takes the number's reuse for a race */
+static inline int sys_open_read(const char *path)
+{
+	return (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
 }
 
 static inline int sys_ioctl_int(int fd, unsigned long req, int *v)

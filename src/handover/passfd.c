@@ -109,9 +109,9 @@ static int preloads_smclo(pid_t pid)
 	int fd;
 
 	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+	if ((fd = sys_open_read(path)) < 0)
 		return 0;
-	n = read(fd, env, sizeof(env) - 1);
+	n = sys_read(fd, env, sizeof(env) - 1);
 	sys_close(fd);
 	for (ssize_t i = 0; i < n; i += (ssize_t)strlen(env + i) + 1) {
 		env[n] = '\0';

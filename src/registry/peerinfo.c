@@ -354,7 +354,7 @@ int peerinfo_exe(int pid, char *out, size_t len)
 	}
 	/* another user's process: its name is still public */
 	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+	if ((fd = sys_open_read(path)) < 0)
 		return -1;
 	n = sys_read(fd, comm, sizeof(comm) - 1);
 	sys_close(fd);
