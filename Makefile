@@ -32,7 +32,8 @@ MANIFEST = $(DESTDIR)$(PREFIX)/share/smclo/installed-files
 TEST_DEBS = redis-server redis-tools nginx-light wrk iperf3 sockperf curl socat postgresql \
             python3-pytest liburing-dev iproute2 util-linux cmake ninja-build gcc strace \
             clang cppcheck python3-prometheus-client dpkg-dev lintian fakeroot \
-            memcached mosquitto mosquitto-clients systemd
+            memcached mosquitto mosquitto-clients systemd pgbouncer apache2 apache2-utils \
+            php-fpm varnish
 
 .PHONY: all build release demo test unit pytest deps clean bench soak lint sanitize fuzz fuzz-smoke \
         install uninstall deb

@@ -238,6 +238,21 @@ void fd_for_each_conn(void (*fn)(int fd, struct conn *c, void *arg), void *arg)
 	}
 }
 
+int fd_listener_copy(int fd)
+{
+	int high = atomic_load(&fd_high);
+	struct stat a, b;
+
+	if (fstat(fd, &a) < 0)
+		return -1;
+	for (int i = 0; fdtab && i <= high && i < fdtab_size; i++)
+		if (i != fd && !fdtab[i].listen_lock &&
+		    (atomic_load(&fdtab[i].flags) & FDF_LISTENING) && fstat(i, &b) == 0 &&
+		    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+			return i;
+	return -1;
+}
+
 void fd_for_each_listener(void (*fn)(int fd))
 {
 	int high = atomic_load(&fd_high);

@@ -105,6 +105,11 @@ void fd_clear_flags(int fd, uint16_t flags);       /* atomically, as fd_add_flag
 int fd_kernel_accepts(int fd, int delta);
 void fd_set_listen_lock(int fd, int lockfd);
 int fd_take_listen_lock(int fd);
+/*
+ * Another of our descriptors for the listening socket @fd names (a dup:
+ * php-fpm's workers move theirs to descriptor 0), holding no entry; -1.
+ */
+int fd_listener_copy(int fd);
 /* Call @fn for every descriptor that holds a listener entry. */
 void fd_for_each_listener(void (*fn)(int fd));
 

@@ -197,10 +197,15 @@ void hs_after_fork(void)
 
 void hs_listener_closed(int fd)
 {
-	int lock = fd_take_listen_lock(fd);
+	int lock = fd_take_listen_lock(fd), copy;
 
-	/* a fork child holds an entry of its own (listener_forked) */
-	if (lock >= 0)
-		sys_close(lock);
+	/* the listener lives on under another number (dup2 to 0, as php-fpm's
+	 * workers do): the entry goes with it.  Closed, the entry would leave
+	 * the address to entries of processes that do not accept here (their
+	 * master's), and clients would offer where nobody takes */
+	if (lock >= 0 && (copy = fd_listener_copy(fd)) >= 0)
+		fd_set_listen_lock(copy, lock);
+	else if (lock >= 0)
+		sys_close(lock);        /* a fork child holds an entry of its own (listener_forked) */
 	direct_listener_closed(fd);
 }

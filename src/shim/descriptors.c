@@ -20,7 +20,9 @@ static void copy_binding(int oldfd, int newfd)
 		return;
 	if ((fd_flags(oldfd) || fd_has_conn(oldfd)) && sys_in_vfork_child())
 		return;         /* the parent's table: not ours to change */
-	fd_set_flags(newfd, fd_flags(oldfd) & ~(FDF_LISTENING | FDF_WATCHED | FDF_EPOLL | FDF_DIRECT));
+	/* a copy of a listener is one still (without an entry: the original
+	 * holds it, and hands it on when it closes, hs_listener_closed) */
+	fd_set_flags(newfd, fd_flags(oldfd) & ~(FDF_WATCHED | FDF_EPOLL | FDF_DIRECT));
 	/* an option set through either descriptor is set for both: we no longer know */
 	if (fd_flags(oldfd) & FDF_TCP) {
 		fd_add_flags(oldfd, FDF_TIMEOUTS);

@@ -30,6 +30,8 @@ Patterns (see PATTERNS at the end):
                    epoll set of its own (non-blocking, like WaitEventSet)
   prefork          3 children inherit the listener and block in accept()
   prefork-epoll    3 children poll the shared non-blocking listener with epoll
+  prefork-dup0     3 children move the listener to descriptor 0 (dup2, close the
+                   original: php-fpm's workers) and block in accept() there
   thread           a thread per connection, the main thread in accept()
   handoff          accept() in the main thread, served by one worker thread
   scm-keep         the accepted descriptor goes to a worker process over
@@ -488,7 +490,11 @@ def p_prefork(kind):
         l = listen(port)
         for _ in range(3):
             if os.fork() == 0:
-                if kind == "accept":
+                if kind == "dup0":
+                    os.dup2(l.fileno(), 0)
+                    l.close()
+                    l = socket.socket(fileno=0)
+                if kind in ("accept", "dup0"):
                     while True:
                         echo(l.accept()[0])
                 Loop(kind, l).run()
@@ -713,6 +719,7 @@ PATTERNS = {
     "fork-epoll": p_fork_epoll,
     "prefork": p_prefork("accept"),
     "prefork-epoll": p_prefork("epoll-lt"),
+    "prefork-dup0": p_prefork("dup0"),
     "thread": p_thread,
     "handoff": p_handoff,
     "scm-keep": p_scm(keep=True),

@@ -15,7 +15,9 @@ handshake timeout counted, nothing left running (the watchdog).
   tcp_defer_accept;
 * apache2 (mpm_event and mpm_prefork) with Debian's configuration and its
   default AcceptFilter: not accelerated (several children accept on a
-  deferring listener), but never a stall, a graceful restart under load.
+  deferring listener), but never a stall, a graceful restart under load;
+* nginx passing PHP to php-fpm over FastCGI (its pool as Debian configures
+  it, listening on a TCP port), varnish in front of nginx.
 """
 import os
 import pwd
@@ -311,3 +313,100 @@ def test_apache2_default_accept_filter(default_reg, procs, scratch, mpm):  # noq
     assert st["accelerated"] == 0, st
     assert took < 60, "%.1f s for 800 requests" % took
     assert srv.poll() is None
+
+
+def nginx_fcgi_conf():
+    from test_servers import NGINX_CONF
+    return NGINX_CONF.replace("""        root {dir}/www;
+    }}""", """        root {dir}/www;
+        location ~ \\\\.php$ {{
+            include /etc/nginx/fastcgi_params;
+            fastcgi_param SCRIPT_FILENAME {dir}/www$fastcgi_script_name;
+            fastcgi_pass 127.0.0.1:{backend};
+        }}
+    }}""")
+
+
+PHP = "<?php echo str_repeat(md5($_GET['n'] ?? 'x'), 4096);\n"
+
+
+def test_nginx_fastcgi_php_fpm(default_reg, procs, scratch):  # noqa: F811
+    """nginx started by root (workers nobody) passing PHP to php-fpm over
+    FastCGI, php-fpm as Debian configures its pool (master root, workers
+    www-data; only `listen` moved from its unix socket to a TCP port, the
+    setting users change for this): pages exact, both hops accelerated.
+    php-fpm's workers move the listener to descriptor 0 (dup2, close):
+    their entries closed with the original, and the first connection went
+    to the master's inbox, which never accepts, and waited the handshake
+    timeout (hs_listener_closed now hands the entry to the copy)."""
+    import hashlib
+    need("php-fpm8.2")
+    port, d, blob, srv, workers = start_nginx_as_root(default_reg.env, procs, scratch,
+                                                      nginx_fcgi_conf())
+    fpm_port = int(re.search(r"fastcgi_pass 127.0.0.1:(\d+)", (d / "nginx.conf").read_text())
+                   .group(1))
+    (d / "www" / "page.php").write_text(PHP)
+    os.chmod(d / "www" / "page.php", 0o644)
+    pool = open("/etc/php/8.2/fpm/pool.d/www.conf").read()
+    pool = pool.replace("listen = /run/php/php8.2-fpm.sock", "listen = 127.0.0.1:%d" % fpm_port)
+    (d / "fpm.conf").write_text("[global]\npid = %s/fpm.pid\nerror_log = %s/fpm.log\n%s"
+                                % (d, d, pool))
+    fpm = procs.start(["php-fpm8.2", "-F", "-y", str(d / "fpm.conf")], default_reg.env)
+    wait_port(fpm_port, proc=fpm)
+    # its workers forked (pm.start_servers), as when requests come
+    deadline = time.time() + 10
+    while len(subprocess.run(["pgrep", "-P", str(fpm.pid)], capture_output=True,
+                             text=True).stdout.split()) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    reg = type(default_reg)()
+    n = 30
+    for i in range(n):
+        r = subprocess.run([SMCLO, "run", "--", "curl", "-sS", "--max-time", "5",
+                            "http://127.0.0.1:%d/page.php?n=%d" % (port, i)], env=reg.env,
+                           capture_output=True, timeout=30)
+        want = hashlib.md5(str(i).encode()).hexdigest().encode() * 4096
+        assert r.returncode == 0 and r.stdout == want, (r.stdout[:200], r.stderr)
+    # client -> nginx: n; nginx -> php-fpm: one per request
+    st = reg.wait_stats(lambda s: s["accelerated_client"] >= 2 * n)
+    assert st["fallback"] == 0, {k: v for k, v in st["fallback_by_reason"].items() if v}
+    assert st["accelerated_client"] == 2 * n and st["accelerated_server"] == 2 * n, st
+    assert fpm.poll() is None and srv.poll() is None
+
+
+def test_varnish_in_front_of_nginx(default_reg, procs, scratch):  # noqa: F811
+    """varnishd as its unit starts it (-j unix,user=vcache, its packaged VCL
+    with the backend's port changed) in front of nginx started by root:
+    30 uncached requests of a 300 KB file and their cached repeats, byte
+    exact.  varnish -> nginx is accelerated.  client -> varnish is not:
+    varnish's jail makes the listening socket as root and announces it as
+    vcache (its effective user between), and no client believes an entry
+    whose writer does not own the socket (docs/security.md, "What is
+    left"); those connections take TCP at once, named unverified-user."""
+    need("varnishd")
+    port, d, blob, srv, workers = start_nginx_as_root(default_reg.env, procs, scratch)
+    vport, admin = free_port(), free_port()
+    vcl = open("/etc/varnish/default.vcl").read().replace('.port = "8080";',
+                                                          '.port = "%d";' % port)
+    (d / "default.vcl").write_text(vcl)
+    (d / "secret").write_bytes(os.urandom(32))
+    os.chmod(d / "secret", 0o600)
+    varnish = procs.start(["varnishd", "-j", "unix,user=vcache", "-F", "-a",
+                           "127.0.0.1:%d" % vport, "-T", "127.0.0.1:%d" % admin, "-f",
+                           str(d / "default.vcl"), "-S", str(d / "secret"), "-s", "malloc,64m",
+                           "-n", str(d / "varnish")], default_reg.env)
+    wait_port(vport, proc=varnish, timeout=30)
+    reg = type(default_reg)()
+    for i in range(30):
+        for _ in range(2):              # a miss, then a hit
+            r = subprocess.run([SMCLO, "run", "--", "curl", "-sS", "--max-time", "5",
+                                "http://127.0.0.1:%d/blob.bin?i=%d" % (vport, i)],
+                               env=reg.env, capture_output=True, timeout=30)
+            assert r.returncode == 0 and r.stdout == blob, (len(r.stdout), r.stderr)
+    st = reg.wait_stats(lambda s: s["fallback_by_reason"]["unverified-user"] >= 60)
+    why = {k: v for k, v in st["fallback_by_reason"].items() if v}
+    # 60 client -> varnish on TCP, named at both ends
+    assert why == {"unverified-user": 60, "peer-no-smclo": 60}, why
+    # varnish -> nginx: at least one connection (kept alive), accelerated
+    assert st["accelerated_client"] >= 1, st
+    assert st["accelerated_server"] == st["accelerated_client"], st
+    assert varnish.poll() is None

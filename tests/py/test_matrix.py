@@ -98,6 +98,11 @@ BUGS = {}
 #   direct (§2d "Who goes direct"): inbox handshake over TCP.
 # * prefork*: children accepting on an inherited listener each add a listener
 #   entry (§2a "Exactly one acceptor"), so clients use the rendezvous.
+#   prefork-dup0: the children move the listener to descriptor 0 and close the
+#   original (php-fpm's workers); the entry goes with the copy
+#   (hs_listener_closed), else the master's would be the only one, clients
+#   would offer to its inbox, and it never accepts (every connection waited
+#   the handshake timeout).
 # * fork-early/-late/exec-*: each child closes its copy of the listener, so its
 #   entry dies with it and the parent stays the single, direct acceptor.
 # * spawn-helper: posix_spawn while the process holds an accelerated connection
@@ -175,6 +180,7 @@ fork-late          direct         inbox          rendezvous      tcp
 fork-epoll         inbox          inbox          rendezvous      tcp
 prefork            rendezvous     rendezvous     rendezvous      tcp
 prefork-epoll      rendezvous     rendezvous     rendezvous      tcp
+prefork-dup0       rendezvous     rendezvous     rendezvous      tcp
 thread             direct         inbox          rendezvous      tcp
 handoff            direct         inbox          rendezvous      tcp
 scm-keep           direct         inbox          rendezvous      tcp
@@ -552,7 +558,7 @@ def test_kill(pattern, side, kind, procs, tmp_path):
 SERIAL = {"accept", "handoff", "scm-keep", "scm-close", "scm-exec", "scm-midstream",
           "system-cat", "setuid", "setgid", "chroot", "daemon-close", "daemon-closerange",
           "spawn-helper", "subprocess-helper", "api-accept", "pool-accept"}
-AT_ONCE = {"prefork": 3}
+AT_ONCE = {"prefork": 3, "prefork-dup0": 3}   # three children, one connection each
 CAT_HANDLER = {"exec-cat", "exec-midstream", "exec-closeall", "exec-closerange", "spawn-cat",
                "subprocess-cat", "system-cat"}
 GREETS = {"fork-early", "fork-late", "api-fork", "pool-fork"}
