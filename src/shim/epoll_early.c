@@ -12,8 +12,9 @@
  * and made again right after on what the descriptor names now
  * (epoll_early_swap_begin/_end, the io_hooks the handshake calls around its
  * dup3), through a copy of the set's descriptor kept for it: the program
- * may close its own number of a set it still reaches by another.  A level-triggered registration reports what is ready at once;
- * an edge-triggered one gets the first edge a new registration gets.  Any
+ * may close its own number of a set it still reaches by another.  A
+ * level-triggered registration reports what is ready at once; an
+ * edge-triggered one gets the first edge a new registration gets.  Any
  * set that holds the descriptor is moved: sets of this process and sets
  * shared with fork children alike (the registration is the set's, not the
  * process's).
@@ -22,9 +23,10 @@
  * inside connect(), so the program, asleep in its set, never waits for a
  * decision nothing would make.  The one exception is a connection to a
  * listener that defers accept, pending until its first bytes went over TCP
- * (hs_send_prefix): a wait on a set that holds it decides it first
- * (epoll_early_before_wait), as poll() and select() do.  A registration that could not be recorded
- * (no memory) leaves its connection on TCP (FDF_EPOLL_LOST, R_EPOLL_EARLY).
+ * (hs_send_prefix): its first write decides it when a set holds it, and a
+ * wait on such a set decides it first (epoll_early_before_wait).  A
+ * registration that could not be recorded (no memory) leaves its
+ * connection on TCP (FDF_EPOLL_LOST, R_EPOLL_EARLY).
  */
 #include "epoll_early.h"
 #include "interpose.h"
