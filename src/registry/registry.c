@@ -547,10 +547,12 @@ static void listener_defers(struct find_state *f)
 
 	if (!f->defers || i->m == LM_UNREACHABLE)
 		return;
-	if (i->m == LM_SAME_NETNS && i->exclusive && f->prefix_ok)
+	if (i->m == LM_SAME_NETNS && i->exclusive && f->prefix_ok) {
 		i->defers = 1;
-	else if (i->m > LM_ELSEWHERE)
+	} else if (i->m > LM_ELSEWHERE) {
 		i->m = LM_DEFER;
+		i->exclusive = 0;       /* one inbox is no use to a client that takes TCP */
+	}
 }
 
 static int match_listener(int dirfd, const char *sub, const char *name, void *arg)
