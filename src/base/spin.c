@@ -24,11 +24,18 @@ void spin_set_idle_work(int (*fn)(void))
 	idle_work = fn;
 }
 
+static _Atomic int forbidden;
+
+void spin_forbid(void)
+{
+	atomic_store(&forbidden, 1);
+}
+
 static long long spin_deadline_after(long long ns)
 {
 	long long now = mono_now_ns();
 
-	if (!spin_pays(now))
+	if (atomic_load_explicit(&forbidden, memory_order_relaxed) || !spin_pays(now))
 		return 0;
 	/* in time we would spend spinning: the upper layers' work put off */
 	if (idle_work && idle_work())

@@ -62,6 +62,9 @@ static inline void spin_lock_drop(atomic_flag *lock)
  * runnable tasks than CPUs), on the clock of mono_now_ns() (sys.h).
  */
 long long spin_deadline(void);
+/* Never spin again in this process: its system calls are limited (a
+ * seccomp filter), and deciding whether to spin reads /proc. */
+void spin_forbid(void);
 
 /*
  * Work worth doing in time a waiter would otherwise spend spinning (closes

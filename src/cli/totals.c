@@ -83,6 +83,10 @@ static void print_json(const char *dir, const struct stats_totals *t)
 	for (int r = R_NONE + 1; r < R_COUNT; r++)
 		printf("%s\"%s\": %llu", r > R_NONE + 1 ? ", " : "", reason_id(r),
 		       (unsigned long long)t->fallback[r]);
+	printf("}, \"moved_by_reason\": {");
+	for (int r = R_NONE + 1; r < R_COUNT; r++)
+		printf("%s\"%s\": %llu", r > R_NONE + 1 ? ", " : "", reason_id(r),
+		       (unsigned long long)t->moved[r]);
 	printf("}}\n");
 }
 
@@ -99,6 +103,10 @@ static void print_text(const char *dir, const struct stats_totals *t)
 	for (int r = R_NONE + 1; r < R_COUNT; r++)
 		if (t->fallback[r])
 			printf("  %-32s %llu\n", reason_text(r), (unsigned long long)t->fallback[r]);
+	for (int r = R_NONE + 1; r < R_COUNT; r++)
+		if (t->moved[r])
+			printf("moved to tcp: %-18s %llu\n", reason_id(r),
+			       (unsigned long long)t->moved[r]);
 	printf("handshake errors            %llu\n", (unsigned long long)t->handshake_errors);
 	printf("bytes sent through shm      %llu   (connections closed so far)\n",
 	       (unsigned long long)t->tx_bytes);
@@ -177,6 +185,11 @@ static void print_prometheus(int dirfd, const struct stats_totals *t)
 	for (int r = R_NONE + 1; r < R_COUNT; r++)
 		printf("smclo_fallback_total{reason=\"%s\"} %llu\n", reason_id(r),
 		       (unsigned long long)t->fallback[r]);
+	prom_family("moved_total", "counter", "Accelerated connection ends that went on over "
+	            "TCP, by reason.");
+	for (int r = R_NONE + 1; r < R_COUNT; r++)
+		printf("smclo_moved_total{reason=\"%s\"} %llu\n", reason_id(r),
+		       (unsigned long long)t->moved[r]);
 	for (size_t i = 0; i < N_COUNTERS; i++) {
 		char name[64];
 		snprintf(name, sizeof(name), "%s_total", counters[i].prom);

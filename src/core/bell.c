@@ -129,6 +129,8 @@ void bell_after_produce(struct conn *c, int fd)
 	uint64_t peer_cons;
 
 	bell_wake_sleeper(c);
+	if (move_flagged(c))
+		return;                 /* no doorbells after a move (move.c) */
 
 	if (bells_outstanding(c) >= BELL_LOG - 1)
 		return;                 /* the reader has plenty queued already */
@@ -239,7 +241,8 @@ int bell_sleep(struct conn *c, int fd, uint32_t seq)
 
 void bell_fill(struct conn *c, int fd)
 {
-	while (bells_outstanding(c) < FILL_TARGET && bell_send_once(c, fd, 0) == 0)
+	while (!move_flagged(c) && bells_outstanding(c) < FILL_TARGET &&
+	       bell_send_once(c, fd, 0) == 0)
 		;
 }
 
@@ -301,6 +304,8 @@ void bell_drain(struct conn *c, int fd, int keep_one)
 	struct conn_shared *sh = c->sh;
 	int in_flight_waits = 0, drained = 0;
 
+	if (move_flagged(c))
+		return;                 /* @fd may be the TCP socket by now (move.c) */
 	for (;;) {
 		uint64_t i = sh->bells_drained;
 		uint64_t seq = atomic_load_explicit(&c->rx->bell_seq, memory_order_seq_cst);
@@ -382,7 +387,9 @@ uint32_t bell_hangup_flags(const struct conn *c, int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
 
-	if (sys_poll(&p, 1, 0) != 1)
+	/* a move shuts the doorbell socket down to wake everyone: that
+	 * hang-up is not the peer's end (move.c) */
+	if (move_flagged(c) || sys_poll(&p, 1, 0) != 1)
 		return 0;
 	/* a half-close ends only what we read; a hang-up ends both directions -
 	 * but a socket whose two ends both shut down writing hangs up too,

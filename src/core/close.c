@@ -63,16 +63,22 @@ int close_shutdown(struct conn *c, int fd, int how)
 		bell_wake_word(&c->tx->wake_seq);       /* our own reader, if asleep */
 	}
 	if (how != SHUT_RD) {
+		if (move_seen(c))
+			return -EXDEV;  /* the caller shuts the TCP socket down (move.c) */
 		shared_lock(&sh->tx_lock);
 		if (!(atomic_load(&sh->flags) & SH_SHUT_WR)) {
 			atomic_store(&c->tx->fin_prod, sh->prod);
-			atomic_fetch_or_explicit(&c->tx->flags, RING_F_SHUTDOWN, memory_order_release);
+			atomic_fetch_or_explicit(&c->tx->flags, RING_F_SHUTDOWN, memory_order_seq_cst);
 			atomic_fetch_or(&sh->flags, SH_SHUT_WR);
 		}
 		shared_unlock(&sh->tx_lock);
 		bell_wake_sleeper(c);
 		/* the peer's descriptor reports POLLRDHUP / EPOLLRDHUP */
 		sys_shutdown(fd, SHUT_WR);
+		/* sealed meanwhile: the peer may read TCP by now, and hears it
+		 * there as well (after its ring's end, the flag says the same) */
+		if (move_seen(c))
+			sys_shutdown(c->tcp_fd, SHUT_WR);
 	}
 	return 0;
 }

@@ -33,6 +33,7 @@
 #define SH_BROKEN    4u     /* the peer broke the protocol: reset */
 #define SH_PEER_GONE 8u     /* the doorbell socket hung up: the peer is gone */
 #define SH_PEER_SHUT 16u    /* the peer shut down its sending side (half-close) */
+#define SH_MOVED     64u    /* the stream goes on over the TCP socket (move.c) */
 #define SH_ABORT_AT_CLOSE 32u /* passed to a program that could not take it (passfd.c):
                                  the peer hears a reset when it ends, not an EOF */
 
@@ -105,6 +106,9 @@ struct conn {
 	struct stat_slot *slot;
 	struct ep local, peer;
 	int watch_regs;                 /* epoll registrations epoll_watch.c tracks for it */
+	/* moved to TCP (move.c), and this process's descriptors are the TCP
+	 * socket now (handshake/moved.c) */
+	_Atomic int moved_here;
 	_Atomic uint32_t calls;         /* reads and writes that moved data (payoff.h) */
 	/*
 	 * A client connection whose inbox offer is not decided yet (client.c,

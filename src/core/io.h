@@ -224,10 +224,30 @@ uint32_t rx_available(struct conn *c);
  * Unread bytes in the ring right now, without the lock: a hint for readiness
  * (epoll_watch.c, pollwait.c); the read that follows checks everything properly.
  */
+/* The peer's producer cursor, a sealed one (move.c) as the cursor it seals. */
+static inline uint64_t rx_prod_now(const struct conn *c)
+{
+	uint64_t p = atomic_load_explicit(&c->rx->prod, memory_order_seq_cst);
+	uint64_t cons = __atomic_load_n(&c->sh->cons, __ATOMIC_RELAXED);
+
+	return ring_prod_sealed(p, cons, c->rx_size) ? p - RING_PROD_MOVED : p;
+}
+
 static inline int rx_has_unread(struct conn *c)
 {
-	return atomic_load_explicit(&c->rx->prod, memory_order_seq_cst) !=
-	       __atomic_load_n(&c->sh->cons, __ATOMIC_RELAXED);
+	return rx_prod_now(c) != __atomic_load_n(&c->sh->cons, __ATOMIC_RELAXED);
+}
+
+/*
+ * Readable by what the ring holds: bytes, or - once this process follows a
+ * move to TCP (move.c) - the end the peer published there before it, which
+ * no FIN may ever say on TCP.
+ */
+static inline int rx_ring_readable(struct conn *c)
+{
+	return rx_has_unread(c) || (atomic_load_explicit(&c->moved_here, memory_order_relaxed) &&
+	                            (atomic_load_explicit(&c->rx->flags, memory_order_acquire) &
+	                             (RING_F_SHUTDOWN | RING_F_CLOSED | RING_F_ABORT)));
 }
 
 /*
@@ -239,6 +259,24 @@ static inline int rx_has_unread(struct conn *c)
 int rx_settle_bells(struct conn *c, int fd);
 /* Validated peer producer cursor; marks the connection broken if invalid. */
 int rx_peer_prod(struct conn *c, uint64_t *prod);
+
+/*
+ * move.c: the connection goes on over its TCP socket (a seccomp filter
+ * ahead, say).  move_start seals both rings and wakes both sides: 0, or
+ * -EOPNOTSUPP for a connection with no TCP beneath (the direct handshake).
+ * move_seen: has either side moved @c?  (It seals our side too, once.)
+ * Calls that find it moved and their ring empty fail with -EXDEV: the
+ * caller goes on with the TCP socket.
+ */
+int move_possible(const struct conn *c);
+int move_start(struct conn *c, int fd, int reason);
+int move_seen(struct conn *c);
+/* The same question without sealing anything, for const callers. */
+static inline int move_flagged(const struct conn *c)
+{
+	return (atomic_load_explicit(&c->sh->flags, memory_order_acquire) & SH_MOVED) ||
+	       (atomic_load_explicit(&c->rx->flags, memory_order_acquire) & RING_F_MOVED);
+}
 
 /* close.c */
 /* shutdown() on @c: 0 or -errno. */

@@ -25,6 +25,8 @@ int rx_peer_prod(struct conn *c, uint64_t *prod)
 	struct conn_shared *sh = c->sh;
 	uint64_t p = atomic_load_explicit(&c->rx->prod, memory_order_seq_cst);
 
+	if (ring_prod_sealed(p, sh->cons, c->rx_size))
+		p -= RING_PROD_MOVED;   /* the stream goes on over TCP after it (move.c) */
 	if (!ring_prod_valid(sh->cons, sh->peer_prod_seen, p, c->rx_size)) {
 		close_mark_broken(c);
 		return -1;
@@ -64,6 +66,10 @@ static void after_consume(struct conn *c, int fd, uint64_t prod, int refs_done)
 
 	if (c->slot)
 		c->slot->rx_fill = (uint32_t)(prod - sh->cons);
+	if (move_flagged(c)) {
+		publish_cons(c);        /* nobody writes to the ring or rings any more */
+		return;
+	}
 	if (refs_done) {
 		/* buffers of the peer's pool are free again: the cursor says
 		 * which, its wake-up socket says to look */
@@ -284,7 +290,12 @@ static void rx_took(struct conn *c, int fd, const struct rx_at *at, uint64_t pro
 	after_consume(c, fd, prod, refs);
 }
 
-/* What the peer's flags mean for a reader that found the ring empty. */
+/*
+ * What the peer's flags mean for a reader that found the ring empty: 0 (wait
+ * for more), 1 (end of stream), RX_END_MOVED (the rest comes over TCP), or
+ * -errno.
+ */
+#define RX_END_MOVED 2
 static int rx_end_state(struct conn *c, uint32_t peer_flags)
 {
 	if (atomic_load(&c->sh->flags) & SH_BROKEN || peer_flags & RING_F_ABORT)
@@ -292,6 +303,10 @@ static int rx_end_state(struct conn *c, uint32_t peer_flags)
 	if (peer_flags & (RING_F_SHUTDOWN | RING_F_CLOSED) ||
 	    atomic_load(&c->sh->flags) & (SH_SHUT_RD | SH_PEER_SHUT))
 		return 1;       /* end of stream */
+	/* a close or shutdown the peer published came before any move: the
+	 * ring's end is the stream's; after a move they go over TCP */
+	if (move_seen(c))
+		return RX_END_MOVED;
 	return 0;
 }
 
@@ -532,6 +547,8 @@ static int rx_recv_step(struct conn *c, int fd, struct rx_call *k, int *idle_loo
 	end = rx_end_state(c, pf);
 	if (end < 0)
 		return -end;
+	if (end == RX_END_MOVED && !k->got)
+		return EXDEV;           /* the caller reads the TCP socket */
 	if (end || (k->got && !k->waitall))
 		return RX_STOP;
 	if (rx_empty_before_wait(c, fd))
@@ -566,7 +583,7 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 	shared_unlock(&sh->rx_lock);
 	interrupted = 0;
 	if (k.got == 0 && err > 0) {
-		if (err != EAGAIN)
+		if (err != EAGAIN && err != EXDEV)
 			DBG("recv fd %d: %s", fd, strerror(err));
 		return -err;
 	}
@@ -727,7 +744,7 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 		if (have >= min || edge || (end > 0 && have))
 			return rx_peek_hand_out(c, &run, have, iov);
 		if (end) {
-			r = end < 0 ? end : 0;
+			r = end < 0 ? end : end == RX_END_MOVED ? -EXDEV : 0;
 			break;
 		}
 		if (dontwait) {

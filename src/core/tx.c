@@ -11,6 +11,7 @@
 #include "sys.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 
@@ -41,6 +42,8 @@ static int tx_error(struct conn *c)
 		return ECONNRESET;
 	if (f & (SH_SHUT_WR | SH_PEER_GONE) || pf & RING_F_CLOSED)
 		return EPIPE;
+	if (move_seen(c))
+		return EXDEV;           /* the caller writes to the TCP socket (move.c) */
 	return 0;
 }
 
@@ -97,13 +100,53 @@ static long tx_space(struct conn *c, int fd, uint32_t want, int dontwait)
 	}
 }
 
+/*
+ * The ring was sealed between our copy and our publish (move.c): the @n
+ * bytes at our cursor go over TCP instead, after everything the ring holds
+ * - the peer reads the ring up to the seal first.  A blocking send: they
+ * were accepted already.  A cursor moved by anyone but a seal is the
+ * peer's lie: reset.
+ */
+static void tx_publish_failed(struct conn *c, uint64_t raw, uint32_t n)
+{
+	struct conn_shared *sh = c->sh;
+	struct iovec iov[2];
+	struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2 };
+
+	if (!ring_prod_sealed(raw, sh->peer_cons_seen, c->tx_size) || raw - RING_PROD_MOVED != sh->prod) {
+		close_mark_broken(c);
+		return;
+	}
+	ring_pieces(ring_data(c->tx), c->tx_size, sh->prod, n, iov);
+	while (iov[0].iov_len + iov[1].iov_len) {
+		struct pollfd p = { .fd = c->tcp_fd, .events = POLLOUT };
+		ssize_t k = sys_sendmsg(c->tcp_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (k < 0 && errno == EAGAIN)
+			sys_poll(&p, 1, -1);
+		else if (k < 0 && errno != EINTR)
+			return;         /* the TCP connection failed: as TCP, the bytes are lost with it */
+		for (int i = 0; k > 0 && i < 2; i++) {
+			size_t t = (size_t)k < iov[i].iov_len ? (size_t)k : iov[i].iov_len;
+			iov[i].iov_base = (char *)iov[i].iov_base + t;
+			iov[i].iov_len -= t;
+			k -= (ssize_t)t;
+		}
+	}
+}
+
 /* Publish @n more bytes of ring, standing for @bytes of the stream. */
 static void tx_publish_as(struct conn *c, int fd, uint32_t n, uint64_t bytes)
 {
 	struct conn_shared *sh = c->sh;
+	uint64_t raw = sh->prod;
 
+	/* a compare-and-swap, not a store: a sealed cursor stays sealed (move.c) */
+	if (!atomic_compare_exchange_strong(&c->tx->prod, &raw, sh->prod + n)) {
+		tx_publish_failed(c, raw, n);
+		return;
+	}
 	sh->prod += n;
-	atomic_store_explicit(&c->tx->prod, sh->prod, memory_order_seq_cst);
 	conn_count_call(c);
 	if (c->slot) {
 		atomic_fetch_add_explicit(&c->slot->tx_bytes, bytes, memory_order_relaxed);

@@ -122,6 +122,24 @@ void hs_chrooted(void);
 void hs_after_fork(void);
 
 /*
+ * moved.c: connections that go on over their TCP socket (core/move.c).
+ * hs_moved_follow: @c was moved (move_seen): this process's descriptors of
+ * it become its TCP socket, once; returns 1 while the ring still holds
+ * bytes to read first, 0 once it does not (the connection is plain TCP to
+ * this process from then on: MODE_TCP).
+ * hs_sandbox: a seccomp filter is about to be installed (shim/seccomp.c):
+ * every connection that can goes on over TCP now, before the filter could
+ * refuse our system calls, and nothing new is accelerated.  Returns how
+ * many connections could not (no TCP beneath: the direct handshake).
+ * hs_sandboxed: was it?
+ */
+int hs_moved_follow(struct conn *c);
+int hs_sandbox(void);
+int hs_sandboxed(void);
+/* A connection of a sandboxed process, left on TCP: counted (R_SANDBOX). */
+void hs_sandboxed_tcp(void);
+
+/*
  * release.c: a descriptor of a connection closed.  When it was this
  * process's last one, the close is published, payoff.c learns what the
  * connection carried, the hidden TCP socket goes (its close put off), and an

@@ -25,7 +25,9 @@ static void release_hidden_tcp(struct conn *c, int last)
 {
 	if (c->tcp_fd < 0)
 		return;
-	if (last && !c->direct) {
+	/* a move the peer made while we published our close: the close is
+	 * TCP's too, an orderly one (core/move.c) */
+	if (last && !c->direct && !move_seen(c)) {
 		/* no TIME_WAIT for a socket that carried no data: its port is free at once */
 		struct linger l = { .l_onoff = 1, .l_linger = 0 };
 		sys_setsockopt(c->tcp_fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
@@ -71,6 +73,15 @@ static void release_last_holder(struct conn *c, int fd)
 {
 	int last = 1;
 
+	if (c->tcp_fd >= 0 &&
+	    (atomic_load(&c->moved_here) || (c->mode == MODE_SHM && move_seen(c)))) {
+		/* moved to TCP (moved.c), followed or not: the close is TCP's
+		 * (a FIN once every copy is gone, a reset for unread bytes as
+		 * the kernel decides), and the rings' close protocol is over */
+		sys_close(c->tcp_fd);
+		c->tcp_fd = -1;
+		c->mode = MODE_TCP;
+	}
 	if (c->mode == MODE_SHM) {
 		last = atomic_fetch_sub(&c->sh->holders, 1) == 1;
 		if (last) {
@@ -105,6 +116,10 @@ void hs_release_fd(int fd)
 		close_release_holds(c);     /* a claim or peek of ours would lock us out */
 		release_last_holder(c, fd);
 	}
+	/* under a seccomp filter (moved.c) the memory stays mapped: munmap()
+	 * is no call of the program's, and the process ends with it */
+	if (hs_sandboxed() && atomic_load(&c->moved_here))
+		return;
 	conn_put(c);
 }
 

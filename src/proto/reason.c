@@ -30,6 +30,8 @@ static const struct {
 	[R_EPOLL_EARLY]     = { "epoll-before-connect", "registered in epoll before connect(): kept on TCP" },
 	[R_UNVERIFIED]      = { "unverified-user", "the other end's user not shown to own its TCP socket" },
 	[R_PRIVATE_REGISTRY] = { "private-registry", "only this user's registry (the shared one is unusable)" },
+	[R_SANDBOX]         = { "sandbox", "the process confines itself (seccomp, fd limit): on TCP" },
+	[R_PEER_MOVED]      = { "peer-moved", "the peer moved the connection to TCP" },
 };
 
 const char *reason_id(int r)

@@ -35,6 +35,10 @@ enum smclo_reason {
 	                          say owns the listening socket or the client's end */
 	R_PRIVATE_REGISTRY,    /* no listener in this user's own registry, used because the
 	                          host's shared one is missing or not root's */
+	R_SANDBOX,             /* the process confines itself (a seccomp filter, a descriptor
+	                          limit below its connections): they go on over TCP, new ones
+	                          are not accelerated (core/move.c, shim/seccomp.c) */
+	R_PEER_MOVED,          /* the peer moved the connection to TCP (core/move.c) */
 	R_COUNT
 };
 

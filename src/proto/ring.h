@@ -36,7 +36,14 @@
 #define RING_F_SHUTDOWN 1u   /* no data after fin_prod (shutdown(SHUT_WR)) */
 #define RING_F_CLOSED   2u   /* last holder closed the connection */
 #define RING_F_ABORT    4u   /* closed with unread data: peer sees ECONNRESET */
+#define RING_F_MOVED    8u   /* the stream goes on over TCP: nothing is published in the ring
+                                after the sealed producer cursor (core/move.c) */
 #define RING_PREFIX_SET (1ull << 63)  /* tcp_prefix: the client's first bytes are sent */
+/* Added to a producer cursor, with a compare-and-swap, to seal it: no more
+ * bytes are published in that ring (core/move.c).  A sealed cursor is told
+ * from a live one by its distance from the consumer's: 2^63 is far beyond
+ * any ring size. */
+#define RING_PROD_MOVED (1ull << 63)
 
 struct ring_hdr {
 	uint32_t magic;
@@ -130,6 +137,12 @@ int ring_prod_valid(uint64_t cons, uint64_t last_prod, uint64_t prod, uint32_t s
  * between the last value we saw and our producer cursor @prod.
  */
 int ring_cons_valid(uint64_t last_cons, uint64_t peer_cons, uint64_t prod);
+
+/* Is the producer cursor @raw sealed (RING_PROD_MOVED), the consumer at @cons? */
+static inline int ring_prod_sealed(uint64_t raw, uint64_t cons, uint32_t size)
+{
+	return raw - RING_PROD_MOVED - cons <= size;
+}
 
 /* Bytes free for the producer, given the consumer's cursor. */
 static inline uint32_t ring_space(uint64_t prod, uint64_t cons, uint32_t size)

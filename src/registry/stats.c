@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -266,7 +267,8 @@ static int is_table_name(const char *n)
  * them while we look (a SIGBUS in a mapping, a short read here).  0 when
  * all @len bytes were there.
  */
-static int read_whole(int dirfd, const char *path, void *buf, size_t len)
+/* Read @len bytes of @path, or at least @least of them (the rest zeroed). */
+static int read_least(int dirfd, const char *path, void *buf, size_t len, size_t least)
 {
 	size_t got = 0;
 	int fd = registry_open_read(dirfd, path);
@@ -281,7 +283,13 @@ static int read_whole(int dirfd, const char *path, void *buf, size_t len)
 			got += (size_t)n;
 	}
 	close(fd);
-	return got == len ? 0 : -1;
+	memset((char *)buf + got, 0, len - got);
+	return got >= least ? 0 : -1;
+}
+
+static int read_whole(int dirfd, const char *path, void *buf, size_t len)
+{
+	return read_least(dirfd, path, buf, len, len);
 }
 
 /* A copy of table @sub/@name, or NULL.  The caller frees it. */
@@ -353,7 +361,7 @@ void stats_for_each(int dirfd, void (*fn)(const struct stat_slot *, void *), voi
 }
 
 /* Every counter of the totals, in one list: resetting and summing walk it. */
-#define TOTALS_COUNTERS_MAX (3 + STATS_REASONS + 18)
+#define TOTALS_COUNTERS_MAX (3 + 2 * STATS_REASONS + 18)
 static int totals_counters(struct stats_totals *t, _Atomic uint64_t *c[TOTALS_COUNTERS_MAX])
 {
 	_Atomic uint64_t *scalars[] = {
@@ -365,12 +373,14 @@ static int totals_counters(struct stats_totals *t, _Atomic uint64_t *c[TOTALS_CO
 	};
 	int n = 0;
 
-	_Static_assert(3 + STATS_REASONS + sizeof(scalars) / sizeof(scalars[0]) <=
+	_Static_assert(3 + 2 * STATS_REASONS + sizeof(scalars) / sizeof(scalars[0]) <=
 	               TOTALS_COUNTERS_MAX, "TOTALS_COUNTERS_MAX is too small");
 	for (int i = 0; i < 3; i++)
 		c[n++] = &t->accelerated[i];
 	for (int i = 0; i < STATS_REASONS; i++)
 		c[n++] = &t->fallback[i];
+	for (int i = 0; i < STATS_REASONS; i++)
+		c[n++] = &t->moved[i];
 	for (size_t i = 0; i < sizeof(scalars) / sizeof(scalars[0]); i++)
 		c[n++] = scalars[i];
 	return n;
@@ -400,7 +410,8 @@ static int add_totals(int dirfd, const char *sub, const char *name, void *arg)
 	int n;
 
 	if (registry_entry_path(path, sub, name) < 0 ||
-	    read_whole(dirfd, path, &t, sizeof(t)) < 0 ||
+	    /* a file laid out before `moved` was appended counts as it is */
+	    read_least(dirfd, path, &t, sizeof(t), offsetof(struct stats_totals, moved)) < 0 ||
 	    t.magic != STATS_MAGIC || t.version != STATS_VERSION)
 		return 0;
 	n = totals_counters(&t, from);

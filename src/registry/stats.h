@@ -76,6 +76,9 @@ struct stats_totals {
 	 * sent them, the peer went away first */
 	_Atomic uint64_t pool_sends_by_reference, pool_sends_copied, pool_sends_kernel,
 	                 pool_sends_reclaimed;
+	/* accelerated connection ends that went on over TCP (core/move.c), by
+	 * reason (appended: a file an older version made grows to take it) */
+	_Atomic uint64_t moved[STATS_REASONS];
 };
 
 _Static_assert(R_COUNT <= STATS_REASONS, "stats_totals.fallback has no room for every reason");

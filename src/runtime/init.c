@@ -20,6 +20,7 @@
 #include "epoll_early.h"
 #include "epoll_watch.h"
 #include "fdtab.h"
+#include "handshake.h"
 #include "handover.h"
 #include "inbox.h"
 #include "io.h"
@@ -40,6 +41,21 @@ static int runtime_idle_work(void)
 	return deferred_run() + pairs_refill();
 }
 
+/* Another socket goes to @fd (the switch, or a move to TCP): epoll
+ * registrations made before connect() and those of an accelerated
+ * connection follow it. */
+static void runtime_swap_begin(int fd)
+{
+	epoll_early_swap_begin(fd);
+	epoll_watch_swap_begin(fd);
+}
+
+static void runtime_swap_end(int fd)
+{
+	epoll_early_swap_end(fd);
+	epoll_watch_swap_end(fd);
+}
+
 /* What the data path (core) asks of the layers above it (io.h). */
 static const struct io_hooks runtime_io_hooks = {
 	.thread_sleeps = epoll_watch_thread_sleeps,
@@ -47,8 +63,8 @@ static const struct io_hooks runtime_io_hooks = {
 	.keep_fd = fd_hide,
 	.keep_copy = fd_keep_copy,
 	.is_kept = fd_is_hidden,
-	.swap_begin = epoll_early_swap_begin,
-	.swap_end = epoll_early_swap_end,
+	.swap_begin = runtime_swap_begin,
+	.swap_end = runtime_swap_end,
 };
 
 /* SMCLO_DISABLE ends the start here, quietly (1). */
@@ -139,6 +155,7 @@ __attribute__((constructor)) static void runtime_init(void)
 /* A process that exits normally takes its connection table with it. */
 __attribute__((destructor)) static void runtime_fini(void)
 {
-	if (smclo_active)
+	/* under a seccomp filter nothing but the program's own calls (moved.c) */
+	if (smclo_active && !hs_sandboxed())
 		stats_table_remove_at_exit(registry_fd);
 }

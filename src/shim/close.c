@@ -28,7 +28,7 @@ void shim_forget_fd(int fd)
 	 * again (FDF_KNOWN gone), so every other close goes without it.
 	 */
 	if ((fd_has_conn(fd) || (f & (FDF_LISTENING | FDF_EPOLL | FDF_WATCHED | FDF_PENDING))) &&
-	    sys_in_vfork_child())
+	    !hs_sandboxed() && sys_in_vfork_child())
 		return;
 	if (f & (FDF_WATCHED | FDF_EPOLL))
 		epoll_watch_fd_closed(fd);

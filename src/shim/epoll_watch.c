@@ -59,6 +59,7 @@
 #include "fdtab.h"
 
 #include "conn.h"
+#include "handshake.h"
 #include "io.h"
 #include "spin.h"
 #include "sys.h"
@@ -140,7 +141,7 @@ static void entry_stop(struct watch_set *s, struct watch_entry *e)
 /* Step 2: what came without a doorbell meanwhile is ours to report. */
 static void entry_settle(struct watch_set *s, struct watch_entry *e)
 {
-	uint64_t prod = atomic_load_explicit(&e->c->rx->prod, memory_order_seq_cst);
+	uint64_t prod = rx_prod_now(e->c);
 
 	if (prod != __atomic_load_n(&e->c->sh->cons, __ATOMIC_RELAXED) &&
 	    (!(e->events & EPOLLET) || prod != e->seen_prod))
@@ -623,12 +624,14 @@ static uint32_t kernel_event(struct watch_set *s, epoll_data_t data, uint32_t ev
 
 	if (data.u64 == PARKED_DATA)
 		return 0;
-	if (!(events & EPOLLIN))
-		return events;
 	for (int i = 0; i < s->n && !e; i++)
 		if (s->e[i].data.u64 == data.u64 && !s->e[i].parked)
 			e = &s->e[i];
-	if (!e || e->c->watch_regs != 1)
+	/* the hang-up of a moved connection's doorbell socket (core/move.c),
+	 * before this process followed it: the next wait follows first */
+	if (e && !atomic_load(&e->c->moved_here) && move_flagged(e->c))
+		return 0;
+	if (!(events & EPOLLIN) || !e || e->c->watch_regs != 1)
 		return events;
 	if (!rx_has_unread(e->c) && !(events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) &&
 	    rx_settle_bells(e->c, e->fd)) {
@@ -646,7 +649,7 @@ static uint32_t kernel_event(struct watch_set *s, epoll_data_t data, uint32_t ev
 			rearm(s, e);
 		return events;
 	}
-	e->seen_prod = atomic_load_explicit(&e->c->rx->prod, memory_order_seq_cst);
+	e->seen_prod = rx_prod_now(e->c);
 	return events;
 }
 
@@ -685,8 +688,9 @@ static int report_ready(struct watch_set *s, struct epoll_event *ev, int n, int 
 
 		if (!e->watching && !e->owed)
 			continue;
-		prod = atomic_load_explicit(&e->c->rx->prod, memory_order_seq_cst);
-		if (prod == __atomic_load_n(&e->c->sh->cons, __ATOMIC_RELAXED)) {
+		prod = rx_prod_now(e->c);
+		if (prod == __atomic_load_n(&e->c->sh->cons, __ATOMIC_RELAXED) &&
+		    !rx_ring_readable(e->c)) {
 			set_owed(s, e, 0);
 			continue;
 		}
@@ -732,12 +736,61 @@ static int spin_watch(struct watch_set *s, struct epoll_event *ev, int max)
 	}
 }
 
+/*
+ * Connections of @epfd moved to TCP that this process has not followed yet
+ * (core/move.c): followed now, which moves their registrations to the TCP
+ * socket (epoll_watch_swap_*), outside the set's lock the swap takes.
+ */
+static void follow_moved(int epfd)
+{
+	struct conn *moved[16];
+	struct watch_set *s;
+	int n = 0;
+
+	if (!(s = set_lock(epfd)))
+		return;
+	for (int i = 0; i < s->n && n < 16; i++) {
+		struct conn *c = s->e[i].c;
+		if (c->mode == MODE_SHM && !atomic_load(&c->moved_here) && move_flagged(c) &&
+		    conn_try_ref(c))
+			moved[n++] = c;
+	}
+	pthread_mutex_unlock(&s->lock);
+	for (int i = 0; i < n; i++) {
+		if (move_seen(moved[i]))
+			hs_moved_follow(moved[i]);
+		conn_put(moved[i]);
+	}
+}
+
+/*
+ * Under a seccomp filter (handshake/moved.c) every connection is on TCP:
+ * what the rings still hold is reported from memory, and otherwise the
+ * program's own wait goes to the kernel - no call of ours beside it.
+ */
+static int sandboxed_wait(int epfd, struct epoll_event *ev, int max)
+{
+	struct watch_set *s = set_lock(epfd);
+	int n;
+
+	if (!s)
+		return WATCH_PASS;
+	n = report_ready(s, ev, 0, max);
+	pthread_mutex_unlock(&s->lock);
+	return n > 0 ? n : WATCH_PASS;
+}
+
 int epoll_watch_before_wait(int epfd, struct epoll_event *ev, int max, int timeout, int may_spin)
 {
 	struct watch_set *s;
 	int n;
 
-	if (!(fd_flags(epfd) & FDF_EPOLL) || max <= 0 || !(s = set_lock(epfd)))
+	if (!(fd_flags(epfd) & FDF_EPOLL) || max <= 0)
+		return WATCH_PASS;
+	if (hs_sandboxed())
+		return sandboxed_wait(epfd, ev, max);
+	follow_moved(epfd);
+	if (!(s = set_lock(epfd)))
 		return WATCH_PASS;
 	n = report_ready(s, ev, 0, max);
 	if (n < max)
@@ -800,4 +853,59 @@ void epoll_watch_thread_sleeps(void)
 		set_unwatch(s);         /* drops it from my_sets */
 		pthread_mutex_unlock(&s->lock);
 	}
+}
+
+/* ---- a connection moved to TCP (core/move.c, handshake/moved.c) ------------ */
+
+/*
+ * Around the dup3 that puts the TCP socket at @fd: its registrations leave
+ * the doorbell socket (a parked one for good: the program deleted it) and
+ * come back on the TCP socket, with the program's events and data.  From
+ * then on the kernel's events for it are TCP's; the ring's last bytes are
+ * owed until read.
+ */
+void epoll_watch_swap_begin(int fd)
+{
+	if (!(fd_flags(fd) & FDF_WATCHED))
+		return;
+	pthread_mutex_lock(&table_lock);
+	for (int i = 0; i < n_sets; i++) {
+		struct watch_set *s = sets[i];
+		struct watch_entry *e;
+
+		pthread_mutex_lock(&s->lock);
+		if ((e = entry_find(s, fd))) {
+			sys_epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
+			if (e->parked) {
+				fd_clear_flags(fd, FDF_PARKED);
+				entry_drop(s, (int)(e - s->e));
+			}
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	pthread_mutex_unlock(&table_lock);
+}
+
+void epoll_watch_swap_end(int fd)
+{
+	if (!(fd_flags(fd) & FDF_WATCHED))
+		return;
+	pthread_mutex_lock(&table_lock);
+	for (int i = 0; i < n_sets; i++) {
+		struct watch_set *s = sets[i];
+		struct watch_entry *e;
+
+		pthread_mutex_lock(&s->lock);
+		if ((e = entry_find(s, fd))) {
+			struct epoll_event on = { .events = e->events, .data = e->data };
+
+			sys_epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &on);
+			if (e->watching)
+				entry_stop(s, e);
+			e->seen_prod = ~0ull;   /* a new registration's edge */
+			set_owed(s, e, rx_ring_readable(e->c));
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	pthread_mutex_unlock(&table_lock);
 }

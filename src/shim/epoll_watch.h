@@ -65,6 +65,11 @@ int epoll_watch_after_sleep(int epfd, struct epoll_event *ev, int n);
 /* The calling thread is about to sleep in the kernel: end the watches it started. */
 void epoll_watch_thread_sleeps(void);
 
+/* Around the switch of @fd to its TCP socket after a move (handshake/moved.c):
+ * its registrations follow it (io_hooks swap_begin/_end). */
+void epoll_watch_swap_begin(int fd);
+void epoll_watch_swap_end(int fd);
+
 /* Before exec: end every watch (the new program knows nothing of them). */
 void epoll_watch_before_exec(void);
 

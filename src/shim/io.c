@@ -12,13 +12,23 @@
 
 /* ---- receiving ---------------------------------------------------------- */
 
+/* -errno, or SHIM_MOVED: the program's own call reads the TCP socket. */
 static ssize_t recv_iov(struct conn *c, int fd, const struct iovec *iov, int n, int flags)
 {
 	ssize_t r = rx_recv(c, fd, iov, n, flags);
 
+	if (r == SHIM_MOVED)
+		hs_moved_follow(c);     /* moved while we waited: @fd becomes the TCP socket */
 	conn_put(c);
-	return shim_ret(r);
+	return r;
 }
+
+/* A read through the rings, or the program's own call when that says so. */
+#define RECV_OR(c, fd, iov, n, flags, real_call)                                  \
+	do {                                                                      \
+		ssize_t r_ = recv_iov(c, fd, iov, n, flags);                      \
+		return r_ == SHIM_MOVED ? (real_call) : shim_ret(r_);             \
+	} while (0)
 
 EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
@@ -26,7 +36,9 @@ EXPORT ssize_t read(int fd, void *buf, size_t n)
 	struct conn *c = shim_conn_reading(fd, n, 0);
 	struct iovec iov = { buf, n };
 
-	return c ? recv_iov(c, fd, &iov, 1, 0) : real_read(fd, buf, n);
+	if (c)
+		RECV_OR(c, fd, &iov, 1, 0, real_read(fd, buf, n));
+	return real_read(fd, buf, n);
 }
 
 EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
@@ -36,7 +48,7 @@ EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 	struct iovec iov = { buf, n };
 
 	if (c && n <= buflen)
-		return recv_iov(c, fd, &iov, 1, 0);
+		RECV_OR(c, fd, &iov, 1, 0, real___read_chk(fd, buf, n, buflen));
 	if (c)
 		conn_put(c);
 	return real___read_chk(fd, buf, n, buflen);
@@ -57,7 +69,9 @@ EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 	REAL(readv);
 	struct conn *c = shim_conn_reading(fd, n > 0 ? iov_size(iov, n) : 0, 0);
 
-	return c ? recv_iov(c, fd, iov, n, 0) : real_readv(fd, iov, n);
+	if (c)
+		RECV_OR(c, fd, iov, n, 0, real_readv(fd, iov, n));
+	return real_readv(fd, iov, n);
 }
 
 EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
@@ -66,7 +80,9 @@ EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 	struct conn *c = shim_conn_reading(fd, n, flags);
 	struct iovec iov = { buf, n };
 
-	return c ? recv_iov(c, fd, &iov, 1, flags) : real_recv(fd, buf, n, flags);
+	if (c)
+		RECV_OR(c, fd, &iov, 1, flags, real_recv(fd, buf, n, flags));
+	return real_recv(fd, buf, n, flags);
 }
 
 EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
@@ -76,7 +92,7 @@ EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
 	struct iovec iov = { buf, n };
 
 	if (c && n <= buflen)
-		return recv_iov(c, fd, &iov, 1, flags);
+		RECV_OR(c, fd, &iov, 1, flags, real___recv_chk(fd, buf, n, buflen, flags));
 	if (c)
 		conn_put(c);
 	return real___recv_chk(fd, buf, n, buflen, flags);
@@ -93,7 +109,7 @@ EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr 
 		return real_recvfrom(fd, buf, n, flags, sa, len);
 	if (sa && len)
 		*len = 0;       /* a connected TCP socket reports no source address */
-	return recv_iov(c, fd, &iov, 1, flags);
+	RECV_OR(c, fd, &iov, 1, flags, real_recvfrom(fd, buf, n, flags, sa, len));
 }
 
 EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
@@ -106,7 +122,8 @@ EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int fl
 	if (c && n <= buflen) {
 		if (sa && len)
 			*len = 0;
-		return recv_iov(c, fd, &iov, 1, flags);
+		RECV_OR(c, fd, &iov, 1, flags,
+		        real___recvfrom_chk(fd, buf, n, buflen, flags, sa, len));
 	}
 	if (c)
 		conn_put(c);
@@ -124,6 +141,9 @@ EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 		return smclo_active && m->msg_controllen && m->msg_control ?
 		       passfd_recvmsg(fd, m, flags, real_recvmsg) : real_recvmsg(fd, m, flags);
 	r = recv_iov(c, fd, m->msg_iov, (int)m->msg_iovlen, flags);
+	if (r == SHIM_MOVED)
+		return real_recvmsg(fd, m, flags);
+	r = shim_ret(r);
 	if (r >= 0) {
 		m->msg_namelen = 0;
 		m->msg_controllen = 0;
@@ -134,13 +154,23 @@ EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 
 /* ---- sending ------------------------------------------------------------ */
 
+/* -errno, or SHIM_MOVED: the program's own call writes to the TCP socket. */
 static ssize_t send_iov(struct conn *c, int fd, const struct iovec *iov, int n, int flags)
 {
 	ssize_t r = tx_send(c, fd, iov, n, flags);
 
+	if (r == SHIM_MOVED)
+		hs_moved_follow(c);
 	conn_put(c);
-	return shim_ret(r);
+	return r;
 }
+
+/* A write through the rings, or the program's own call when that says so. */
+#define SEND_OR(c, fd, iov, n, flags, real_call)                                  \
+	do {                                                                      \
+		ssize_t r_ = send_iov(c, fd, iov, n, flags);                      \
+		return r_ == SHIM_MOVED ? (real_call) : shim_ret(r_);             \
+	} while (0)
 
 /*
  * shim_conn() for the sending calls: while the handshake is undecided a
@@ -178,7 +208,9 @@ EXPORT ssize_t write(int fd, const void *buf, size_t n)
 
 	if (sent != SEND_PASS)
 		return sent;
-	return c ? send_iov(c, fd, &iov, 1, 0) : real_write(fd, buf, n);
+	if (c)
+		SEND_OR(c, fd, &iov, 1, 0, real_write(fd, buf, n));
+	return real_write(fd, buf, n);
 }
 
 EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
@@ -189,7 +221,9 @@ EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
 
 	if (sent != SEND_PASS)
 		return sent;
-	return c ? send_iov(c, fd, iov, n, 0) : real_writev(fd, iov, n);
+	if (c)
+		SEND_OR(c, fd, iov, n, 0, real_writev(fd, iov, n));
+	return real_writev(fd, iov, n);
 }
 
 EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
@@ -201,7 +235,9 @@ EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 
 	if (sent != SEND_PASS)
 		return sent;
-	return c ? send_iov(c, fd, &iov, 1, flags) : real_send(fd, buf, n, flags);
+	if (c)
+		SEND_OR(c, fd, &iov, 1, flags, real_send(fd, buf, n, flags));
+	return real_send(fd, buf, n, flags);
 }
 
 EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
@@ -215,7 +251,9 @@ EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 	if (sent != SEND_PASS)
 		return sent;
 	/* a connected TCP socket ignores a destination address */
-	return c ? send_iov(c, fd, &iov, 1, flags) : real_sendto(fd, buf, n, flags, sa, len);
+	if (c)
+		SEND_OR(c, fd, &iov, 1, flags, real_sendto(fd, buf, n, flags, sa, len));
+	return real_sendto(fd, buf, n, flags, sa, len);
 }
 
 EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
@@ -227,7 +265,7 @@ EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 	if (sent != SEND_PASS)
 		return sent;
 	if (c)
-		return send_iov(c, fd, m->msg_iov, (int)m->msg_iovlen, flags);
+		SEND_OR(c, fd, m->msg_iov, (int)m->msg_iovlen, flags, real_sendmsg(fd, m, flags));
 	if (smclo_active && m->msg_controllen && conn_count() > 0)
 		return passfd_sendmsg(fd, m, flags, real_sendmsg);
 	return real_sendmsg(fd, m, flags);
@@ -250,8 +288,10 @@ EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t count)
 	if (!c)
 		return real_sendfile(out, in, off, count);
 	r = tx_sendfile(c, out, in, off, count);
+	if (r == SHIM_MOVED)
+		hs_moved_follow(c);
 	conn_put(c);
-	return shim_ret(r);
+	return r == SHIM_MOVED ? real_sendfile(out, in, off, count) : shim_ret(r);
 }
 
 EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t count)
@@ -293,18 +333,25 @@ EXPORT ssize_t splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t l
 
 	if ((c = shim_conn_filling(out)) != NULL) {
 		r = tx_sendfile(c, out, in, (off_t *)off_in, len);
+		if (r == SHIM_MOVED)
+			hs_moved_follow(c);
 		conn_put(c);
-		return shim_ret(r);
+		if (r != SHIM_MOVED)
+			return shim_ret(r);
+		return real_splice(in, off_in, out, off_out, len, flags);
 	}
-	if ((c = shim_conn(in)) != NULL) {
+	if ((c = shim_conn_reading(in, len, 0)) != NULL) {
 		if (off_in) {
 			conn_put(c);
 			errno = ESPIPE;         /* as for any socket */
 			return -1;
 		}
 		r = splice_out_of(c, in, out, len, flags);
+		if (r == SHIM_MOVED)
+			hs_moved_follow(c);
 		conn_put(c);
-		return shim_ret(r);
+		if (r != SHIM_MOVED)
+			return shim_ret(r);
 	}
 	return real_splice(in, off_in, out, off_out, len, flags);
 }

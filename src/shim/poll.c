@@ -79,6 +79,11 @@ EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
 	REAL(poll);
 
+	if (smclo_active && hs_sandboxed()) {
+		/* the program's own call, and what only the rings know (moved.c) */
+		int r = real_poll(fds, n, pollwait_moved_rings(fds, n, -1) ? 0 : timeout);
+		return r < 0 ? r : pollwait_moved_rings(fds, n, r);
+	}
 	if (smclo_active)
 		decide_polled(fds, n);
 	if (smclo_active && timeout != 0 && prefix_polled(fds, n))
@@ -98,6 +103,11 @@ EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const 
 {
 	REAL(ppoll);
 
+	if (smclo_active && hs_sandboxed()) {
+		static const struct timespec now;
+		int r = real_ppoll(fds, n, pollwait_moved_rings(fds, n, -1) ? &now : ts, mask);
+		return r < 0 ? r : pollwait_moved_rings(fds, n, r);
+	}
 	if (smclo_active)
 		decide_polled(fds, n);
 	if (smclo_active && shim_timespec_ms(ts) != 0 && prefix_polled(fds, n))
@@ -118,6 +128,8 @@ EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *
 {
 	REAL(select);
 
+	if (smclo_active && hs_sandboxed())
+		return real_select(nfds, rd, wr, ex, tv);       /* moved.c: calls of its own only */
 	if (smclo_active)
 		decide_selected(nfds, rd, wr, ex);
 	if (smclo_active && pollwait_select_needed(nfds, rd)) {
@@ -132,6 +144,8 @@ EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct ti
 {
 	REAL(pselect);
 
+	if (smclo_active && hs_sandboxed())
+		return real_pselect(nfds, rd, wr, ex, ts, mask);
 	if (smclo_active)
 		decide_selected(nfds, rd, wr, ex);
 	if (smclo_active && pollwait_select_needed(nfds, rd))

@@ -15,6 +15,7 @@
  */
 #include "pollwait.h"
 #include "fdtab.h"
+#include "handshake.h"
 
 #include "conn.h"
 #include "io.h"
@@ -62,6 +63,8 @@ static int gather(const struct pollfd *fds, nfds_t n, struct polled *p)
 		if (!(fd_flags(fds[i].fd) & FDF_EPOLL)) {
 			if (!(c = fd_get_conn(fds[i].fd)))
 				continue;
+			if (c->mode == MODE_SHM && move_seen(c))
+				hs_moved_follow(c);     /* the TCP socket, and the ring's last bytes */
 			if (c->mode != MODE_SHM) {
 				conn_put(c);
 				continue;
@@ -76,7 +79,7 @@ static int gather(const struct pollfd *fds, nfds_t n, struct polled *p)
 static int rings_unread(const struct polled *p, int k)
 {
 	for (int j = 0; j < k; j++)
-		if (p[j].c && rx_has_unread(p[j].c))
+		if (p[j].c && rx_ring_readable(p[j].c))
 			return 1;
 	return 0;
 }
@@ -92,11 +95,31 @@ static void count_sleepers(const struct polled *p, int k, int d)
  * The kernel reported @r descriptors ready in @fds: take out stale doorbells
  * (an empty ring, a stream that goes on) and add what only the rings know.
  */
+/*
+ * A connection moved to TCP while we slept (core/move.c): what the kernel
+ * said was its doorbell socket's hang-up.  Follow it, and ask again about
+ * the TCP socket now at that number.
+ */
+static void correct_moved(struct pollfd *f, struct conn *c, int *r)
+{
+	short was = f->revents;
+
+	hs_moved_follow(c);
+	f->revents = 0;
+	if (sys_poll(f, 1, 0) < 0)
+		f->revents = 0;
+	*r += (f->revents != 0) - (was != 0);
+}
+
 static int correct(struct pollfd *fds, const struct polled *p, int k, int r)
 {
 	for (int j = 0; j < k; j++) {
 		struct pollfd *f = &fds[p[j].i];
-		int unread = p[j].c ? rx_has_unread(p[j].c) : epoll_watch_epfd_polled(f->fd);
+		int unread;
+
+		if (p[j].c && !atomic_load(&p[j].c->moved_here) && move_seen(p[j].c))
+			correct_moved(f, p[j].c, &r);
+		unread = p[j].c ? rx_ring_readable(p[j].c) : epoll_watch_epfd_polled(f->fd);
 
 		if (unread) {
 			r += f->revents == 0;
@@ -285,4 +308,32 @@ int pollwait_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout,
 		r = select_result(p, n, rd, wr, ex);
 	free(p);
 	return r;
+}
+
+/*
+ * Under a seccomp filter (handshake/moved.c) every connection is on TCP;
+ * only the bytes its ring still holds are ours to report.  How many of
+ * @fds have such bytes; with @r (the kernel's answer to the program's own
+ * call), those are added to it and the new count returned.
+ */
+int pollwait_moved_rings(struct pollfd *fds, nfds_t n, int r)
+{
+	int ready = 0;
+
+	for (nfds_t i = 0; i < n; i++) {
+		struct conn *c;
+
+		if (fds[i].fd < 0 || !(fds[i].events & READ_EVENTS) || !fd_has_conn(fds[i].fd) ||
+		    !(c = fd_get_conn(fds[i].fd)))
+			continue;
+		if (c->mode == MODE_SHM && rx_ring_readable(c)) {
+			ready++;
+			if (r >= 0) {
+				r += fds[i].revents == 0;
+				fds[i].revents |= fds[i].events & READ_EVENTS;
+			}
+		}
+		conn_put(c);
+	}
+	return r >= 0 ? r : ready;
 }

@@ -53,7 +53,11 @@ EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
 EXPORT int setrlimit(__rlimit_resource_t res, const struct rlimit *rl)
 {
 	REAL(setrlimit);
-	int rc = real_setrlimit(res, rl);
+	int rc;
+
+	if (res == RLIMIT_NOFILE)
+		seccomp_nofile_lowering(rl->rlim_cur);
+	rc = real_setrlimit(res, rl);
 
 	if (rc == 0 && res == RLIMIT_NOFILE && fdtab)
 		fd_limit_changed();
@@ -63,7 +67,11 @@ EXPORT int setrlimit(__rlimit_resource_t res, const struct rlimit *rl)
 EXPORT int setrlimit64(__rlimit_resource_t res, const struct rlimit64 *rl)
 {
 	REAL(setrlimit64);
-	int rc = real_setrlimit64(res, rl);
+	int rc;
+
+	if (res == RLIMIT_NOFILE)
+		seccomp_nofile_lowering(rl->rlim_cur);
+	rc = real_setrlimit64(res, rl);
 
 	if (rc == 0 && res == RLIMIT_NOFILE && fdtab)
 		fd_limit_changed();
@@ -74,7 +82,11 @@ EXPORT int prlimit(pid_t pid, __rlimit_resource_t res, const struct rlimit *nl,
                    struct rlimit *ol)
 {
 	REAL(prlimit);
-	int rc = real_prlimit(pid, res, nl, ol);
+	int rc;
+
+	if (nl && res == RLIMIT_NOFILE && (pid == 0 || pid == sys_getpid()))
+		seccomp_nofile_lowering(nl->rlim_cur);
+	rc = real_prlimit(pid, res, nl, ol);
 
 	if (rc == 0 && nl && res == RLIMIT_NOFILE && (pid == 0 || pid == sys_getpid()) && fdtab)
 		fd_limit_changed();
@@ -85,7 +97,11 @@ EXPORT int prlimit64(pid_t pid, __rlimit_resource_t res, const struct rlimit64 *
                      struct rlimit64 *ol)
 {
 	REAL(prlimit64);
-	int rc = real_prlimit64(pid, res, nl, ol);
+	int rc;
+
+	if (nl && res == RLIMIT_NOFILE && (pid == 0 || pid == sys_getpid()))
+		seccomp_nofile_lowering(nl->rlim_cur);
+	rc = real_prlimit64(pid, res, nl, ol);
 
 	if (rc == 0 && nl && res == RLIMIT_NOFILE && (pid == 0 || pid == sys_getpid()) && fdtab)
 		fd_limit_changed();

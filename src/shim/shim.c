@@ -57,7 +57,7 @@ static int shim_wait_prefix(int fd, size_t n, int flags)
 	return 1;
 }
 
-struct conn *shim_conn_lookup(int fd, size_t n, int flags)
+struct conn *shim_conn_lookup(int fd, size_t n, int flags, int reading)
 {
 	struct conn *c;
 
@@ -72,7 +72,11 @@ struct conn *shim_conn_lookup(int fd, size_t n, int flags)
 		/* every call but a small write needs the decision */
 		hs_resolve(fd, c, blocking ? n : 0);
 	}
-	if (c && c->mode != MODE_SHM) {
+	/* moved to TCP (core/move.c): the descriptor is the TCP socket now,
+	 * and only a read still has the ring's last bytes to take first */
+	if (c && c->mode == MODE_SHM && move_seen(c))
+		hs_moved_follow(c);     /* MODE_TCP once the ring is empty */
+	if (c && (c->mode != MODE_SHM || (!reading && atomic_load(&c->moved_here)))) {
 		conn_put(c);
 		return NULL;
 	}

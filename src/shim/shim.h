@@ -33,20 +33,30 @@
  * The accelerated connection behind @fd, referenced; NULL for anything
  * else.  A receiving call passes what it would read (@n, @flags): a blocking
  * read of a pending connection waits for the answer, not just the decision
- * (hs_resolve).  A plain descriptor costs the inline test only.
+ * (hs_resolve).  A plain descriptor costs the inline test only.  A
+ * connection moved to TCP (core/move.c) is followed here; it is still one
+ * for reading while its ring holds bytes, and for nothing else.
  */
-struct conn *shim_conn_lookup(int fd, size_t n, int flags);
+struct conn *shim_conn_lookup(int fd, size_t n, int flags, int reading);
 static inline struct conn *shim_conn_reading(int fd, size_t n, int flags)
 {
 	if (!smclo_active || !fd_has_conn(fd))
 		return NULL;
-	return shim_conn_lookup(fd, n, flags);
+	return shim_conn_lookup(fd, n, flags, 1);
 }
 
 static inline struct conn *shim_conn(int fd)
 {
-	return shim_conn_reading(fd, 0, 0);
+	if (!smclo_active || !fd_has_conn(fd))
+		return NULL;
+	return shim_conn_lookup(fd, 0, 0, 0);
 }
+
+/*
+ * A read or write the core handed back (-EXDEV): the connection moved to
+ * TCP meanwhile, and the program's own call goes to the kernel.
+ */
+#define SHIM_MOVED (-EXDEV)
 
 /* close.c: what smclo knew of @fd, forgotten as it closes (close, dup2 over it). */
 void shim_forget_fd(int fd);
@@ -73,6 +83,13 @@ static inline int shim_timespec_ms(const struct timespec *ts)
 	ms = ts->tv_sec * 1000LL + (ts->tv_nsec + 999999) / 1000000;
 	return ms > INT_MAX ? INT_MAX : (int)ms;
 }
+
+/*
+ * seccomp.c: RLIMIT_NOFILE is about to become @soft: below a connection's
+ * number, the process is confining itself, and its connections move to
+ * TCP first (a dup3() onto their numbers fails after it).
+ */
+void seccomp_nofile_lowering(unsigned long soft);
 
 /* spawn.c's lock of file-action lists, held across fork() (runtime/fork.c). */
 void spawn_fork_lock(void);

@@ -65,6 +65,12 @@ EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 
 	if (!smclo_active || !sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
 		return real_connect(fd, sa, len);
+	if (hs_sandboxed()) {
+		/* after a seccomp filter (seccomp.c) nothing new is accelerated */
+		if (fd_flags(fd) & FDF_TCP)
+			hs_sandboxed_tcp();
+		return real_connect(fd, sa, len);
+	}
 	if (fd_has_conn(fd)) {
 		errno = EISCONN;
 		return -1;
@@ -103,6 +109,12 @@ EXPORT int accept4(int lfd, struct sockaddr *sa, socklen_t *len, int flags)
 	socklen_t peer_len = sizeof(peer);
 	int fd;
 
+	if (smclo_active && hs_sandboxed()) {
+		fd = real_accept4(lfd, sa, len, flags);
+		if (fd >= 0 && (fd_flags(lfd) & FDF_LISTENING))
+			hs_sandboxed_tcp();
+		return fd;
+	}
 	if (!smclo_active || (sa && !len) || !is_tcp_socket(lfd))
 		return real_accept4(lfd, sa, len, flags);
 	hs_kernel_accept(lfd, 1);    /* before looking at FDF_DIRECT (direct.c) */
@@ -136,7 +148,8 @@ EXPORT int accept(int lfd, struct sockaddr *sa, socklen_t *len)
 EXPORT int listen(int fd, int backlog)
 {
 	REAL(listen);
-	int announce = smclo_active && !(fd_flags(fd) & FDF_LISTENING) && is_tcp_socket(fd);
+	int announce = smclo_active && !hs_sandboxed() && !(fd_flags(fd) & FDF_LISTENING) &&
+	               is_tcp_socket(fd);
 	int rc;
 
 	/* announce a bound listener before it can accept, so an early client finds it */
@@ -160,6 +173,11 @@ EXPORT int shutdown(int fd, int how)
 	if (!c)
 		return real_shutdown(fd, how);
 	rc = close_shutdown(c, fd, how);
+	if (rc == SHIM_MOVED) {
+		hs_moved_follow(c);
+		conn_put(c);
+		return real_shutdown(fd, how);
+	}
 	conn_put(c);
 	return (int)shim_ret(rc);
 }

@@ -395,6 +395,43 @@ def p_api_fork(port, work):
     fork_echo_api(port, False)
 
 
+def seccomp_allow_all():
+    """prctl(PR_SET_SECCOMP) with a filter that allows everything: smclo
+    moves every connection to TCP before it applies (core/move.c)."""
+    import ctypes
+    import struct
+    libc = ctypes.CDLL(None, use_errno=True)
+    insn = ctypes.create_string_buffer(struct.pack("HBBI", 0x06, 0, 0, 0x7fff0000))
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    prog = Prog(1, ctypes.addressof(insn))
+    if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(prog), 0, 0):
+        raise OSError(ctypes.get_errno(), "seccomp")
+
+
+def p_seccomp_fork(port, work):
+    """Fork per connection; the child locks itself down, once the parent
+    has let go of the connection, then echoes."""
+    l = listen(port)
+    ready()
+    while True:
+        c = l.accept()[0]
+        r, w = os.pipe()
+        if os.fork() == 0:
+            l.close()
+            os.close(w)
+            os.read(r, 1)
+            seccomp_allow_all()
+            echo(c)
+            os._exit(0)
+        c.close()
+        os.write(w, b"x")
+        os.close(r)
+        os.close(w)
+        reap()
+
+
 def p_thread(port, work):
     l = listen(port)
     ready()
@@ -721,6 +758,7 @@ PATTERNS = {
     "prefork-epoll": p_prefork("epoll-lt"),
     "prefork-dup0": p_prefork("dup0"),
     "thread": p_thread,
+    "seccomp-fork": p_seccomp_fork,
     "handoff": p_handoff,
     "scm-keep": p_scm(keep=True),
     "scm-close": p_scm(keep=False),

@@ -182,6 +182,7 @@ prefork            rendezvous     rendezvous     rendezvous      tcp
 prefork-epoll      rendezvous     rendezvous     rendezvous      tcp
 prefork-dup0       rendezvous     rendezvous     rendezvous      tcp
 thread             direct         inbox          rendezvous      tcp
+seccomp-fork       direct         inbox          rendezvous      tcp
 handoff            direct         inbox          rendezvous      tcp
 scm-keep           direct         inbox          rendezvous      tcp
 scm-close          direct         inbox          rendezvous      tcp
@@ -213,6 +214,10 @@ client-fdpass      direct         inbox          rendezvous      tcp
 client-epoll-early inbox          inbox          rendezvous      tcp
 client-api         direct         inbox          rendezvous      tcp
 client-ktls        direct         inbox          rendezvous      tcp
+client-seccomp     direct         inbox          rendezvous      tcp
+client-seccomp-lt  inbox          inbox          rendezvous      tcp
+client-seccomp-et  inbox          inbox          rendezvous      tcp
+client-seccomp-poll inbox         inbox          rendezvous      tcp
 api-accept         direct         inbox          rendezvous      tcp
 api-fork           direct         inbox          rendezvous      tcp
 client-pool        direct         inbox          rendezvous      tcp
@@ -231,13 +236,19 @@ MATRIX = parse_matrix(MATRIX_TEXT)
 
 # rows that are client patterns: the server pattern they run against
 SERVER_FOR = {"client-fdpass": "accept", "client-epoll-early": "accept",
-              "client-api": "accept", "client-pool": "accept", "client-ktls": "accept"}
+              "client-api": "accept", "client-pool": "accept", "client-ktls": "accept",
+              "client-seccomp": "accept", "client-seccomp-lt": "epoll-lt",
+              "client-seccomp-et": "epoll-et", "client-seccomp-poll": "poll"}
 # client options per row
 CLIENT_OPTS = {
     "client-fdpass": ["--fdpass"],
     "client-epoll-early": ["--epoll-early"],
     "client-api": ["--api"],
     "client-ktls": ["--ktls"],
+    "client-seccomp": ["--seccomp"],
+    "client-seccomp-lt": ["--seccomp"],
+    "client-seccomp-et": ["--seccomp"],
+    "client-seccomp-poll": ["--seccomp"],
     "client-pool": ["--pool"],
     "api-fork": ["--greet"],
     "pool-fork": ["--greet"],

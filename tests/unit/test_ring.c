@@ -40,6 +40,29 @@ static void test_prod_validation(void)
 	CHECK(!ring_prod_valid(cons, cons + 20, cons + 10, size));
 }
 
+/* A sealed producer cursor (core/move.c) is told from a live one anywhere
+ * in the 64-bit range, and the cursor it seals comes back exactly. */
+static void test_sealed_prod(void)
+{
+	const uint32_t size = 64 << 10;
+	const uint64_t conses[] = { 0, 12345, UINT64_MAX - 10, (1ull << 63) - 5, 1ull << 63 };
+
+	for (size_t i = 0; i < sizeof(conses) / sizeof(conses[0]); i++) {
+		uint64_t cons = conses[i];
+
+		for (uint64_t ahead = 0; ahead <= size; ahead += size / 4) {
+			uint64_t prod = cons + ahead;
+
+			CHECK(!ring_prod_sealed(prod, cons, size));
+			CHECK(ring_prod_sealed(prod + RING_PROD_MOVED, cons, size));
+			CHECK(prod + RING_PROD_MOVED - RING_PROD_MOVED == prod);
+		}
+		/* a cursor beyond what the ring can hold is neither: it fails validation */
+		CHECK(!ring_prod_sealed(cons + size + 1 + RING_PROD_MOVED, cons, size));
+		CHECK(!ring_prod_valid(cons, cons, cons + size + 1, size));
+	}
+}
+
 static void test_cons_validation(void)
 {
 	CHECK(ring_cons_valid(0, 0, 0));
@@ -154,6 +177,7 @@ int main(void)
 {
 	test_sizes();
 	test_prod_validation();
+	test_sealed_prod();
 	test_cons_validation();
 	test_space();
 	test_copy_wrap();

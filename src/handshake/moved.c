@@ -1,0 +1,126 @@
+/*
+ * moved.c - what a process does with a connection that goes on over TCP
+ * (core/move.c seals the rings): its descriptors of it become the TCP
+ * socket, and a seccomp filter about to be installed moves every
+ * connection first.
+ *
+ * Each process follows a move by itself, the first time a call of its own
+ * finds the connection moved (hs_moved_follow, from the shim's lookups and
+ * waits): the descriptor numbers that named the doorbell socket name the
+ * hidden TCP socket from then on, with the program's O_NONBLOCK and
+ * close-on-exec, and the epoll sets that held them hold the TCP socket
+ * (io_swap_begin/_end).  What the ring still holds is read from it first
+ * (rx.c); once it is empty the connection is MODE_TCP here and every call
+ * goes straight to the kernel.
+ *
+ * A seccomp filter (hs_sandbox): OpenSSH's privilege-separated child, and
+ * any program that limits its own system calls, would be killed at smclo's
+ * next doorbell.  So before the filter applies every connection moves
+ * and is followed at once, nothing new is accelerated, and smclo makes no
+ * system call of its own from then on but close(): reads of what the rings
+ * still hold are memory, and the program's own calls are made as it made
+ * them.  A connection made without TCP (the direct handshake) cannot move;
+ * it stays in the rings, counted and logged.
+ */
+#include "hs_internal.h"
+
+#include "io.h"
+#include "spin.h"
+#include "stats.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+
+static pthread_mutex_t follow_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int sandboxed;
+
+/* @fd names @c in this process: make it the TCP socket. */
+static void moved_swap(int fd, struct conn *c, void *arg)
+{
+	int fdfl, fl;
+
+	if (c != arg)
+		return;
+	fdfl = sys_fcntl(fd, F_GETFD, 0);
+	/* O_NONBLOCK as the program set it (kept by our fcntl/ioctl wrappers) */
+	fl = sys_fcntl(c->tcp_fd, F_GETFL, 0);
+	if (fl >= 0)
+		sys_fcntl(c->tcp_fd, F_SETFL, atomic_load(&c->sh->nonblock) ? fl | O_NONBLOCK
+		                                                             : fl & ~O_NONBLOCK);
+	io_swap_begin(fd);
+	sys_dup3(c->tcp_fd, fd, fdfl > 0 && (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
+	io_swap_end(fd);
+	DBG("fd %d: moved to its TCP socket", fd);
+}
+
+int hs_moved_follow(struct conn *c)
+{
+	int unread;
+
+	if (!atomic_load_explicit(&c->moved_here, memory_order_acquire)) {
+		pthread_mutex_lock(&follow_lock);
+		if (!atomic_load(&c->moved_here)) {
+			fd_for_each_conn(moved_swap, c);
+			atomic_store_explicit(&c->moved_here, 1, memory_order_release);
+		}
+		pthread_mutex_unlock(&follow_lock);
+	}
+	/* bytes left, or an end the peer published in the ring before the
+	 * move (no FIN on TCP may ever say it): the ring still answers */
+	unread = rx_ring_readable(c);
+	if (!unread)
+		c->mode = MODE_TCP;     /* plain TCP to this process from now on */
+	return unread;
+}
+
+/* Move @c (named by @fd here) unless it moved already or cannot. */
+static void sandbox_one(int fd, struct conn *c, void *arg)
+{
+	int *stuck = arg;
+
+	if (c->mode != MODE_SHM || atomic_load(&c->moved_here))
+		return;
+	if (!move_possible(c)) {
+		DBG("fd %d: a seccomp filter comes, and a connection made without TCP cannot "
+		    "move to TCP: it stays in shared memory", fd);
+		++*stuck;
+		return;
+	}
+	if (!move_seen(c))
+		move_start(c, fd, R_SANDBOX);
+}
+
+/* Follow every moved connection (the table walk holds no lock to take). */
+static void sandbox_follow(int fd, struct conn *c, void *arg)
+{
+	(void)fd;
+	(void)arg;
+	if (c->mode == MODE_SHM && move_flagged(c) && conn_try_ref(c)) {
+		hs_moved_follow(c);
+		conn_put(c);
+	}
+}
+
+int hs_sandbox(void)
+{
+	int stuck = 0;
+
+	if (atomic_exchange(&sandboxed, 1))
+		return 0;
+	hs_resolve_all();               /* nothing undecided waits on a handshake */
+	spin_forbid();                  /* spinning reads /proc now and then */
+	fd_for_each_conn(sandbox_one, &stuck);
+	fd_for_each_conn(sandbox_follow, NULL);
+	return stuck;
+}
+
+int hs_sandboxed(void)
+{
+	return atomic_load_explicit(&sandboxed, memory_order_relaxed);
+}
+
+void hs_sandboxed_tcp(void)
+{
+	/* counted, not listed: a new row of the table could mean a system call */
+	stats_slot_decide(totals, NULL, MODE_TCP, R_SANDBOX);
+}
