@@ -123,9 +123,13 @@ class Registry:
 
 
 def default_env():
-    """The environment with none of smclo's settings: its defaults."""
+    """The environment with none of smclo's settings: its defaults.  The
+    sanitizer run's SMCLO_PRELOAD_FIRST stays (the runtimes `smclo run` puts
+    ahead of an instrumented library: tools/sanitize.sh), as does the
+    suite's own SMCLO_BUILD."""
+    keep = ("SMCLO_PRELOAD_FIRST", "SMCLO_BUILD")
     env = dict(os.environ)
-    for k in [k for k in env if k.startswith("SMCLO_")]:
+    for k in [k for k in env if k.startswith("SMCLO_") and k not in keep]:
         del env[k]
     return env
 
@@ -153,8 +157,8 @@ class DefaultRegistry(Registry):
         for k, v in now.items():
             if isinstance(v, int) and k != "since":
                 now[k] = v - self.base[k]
-        now["fallback_by_reason"] = {k: v - self.base["fallback_by_reason"].get(k, 0)
-                                     for k, v in now["fallback_by_reason"].items()}
+        for key in ("fallback_by_reason", "moved_by_reason"):
+            now[key] = {k: v - self.base.get(key, {}).get(k, 0) for k, v in now[key].items()}
         return now
 
 
