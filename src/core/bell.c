@@ -68,7 +68,8 @@ static int bell_send_fds(struct conn *c, int fd, int only_if_unread, const int *
 	if (bell_message(fd, fds, nfds) < 0) {
 		int e = errno;
 		atomic_store_explicit(&c->tx->bell_seq, seq, memory_order_seq_cst);
-		if (e == EPIPE || e == ECONNRESET)
+		/* after a move the doorbell socket is shut down on purpose */
+		if ((e == EPIPE || e == ECONNRESET) && !move_flagged(c))
 			atomic_fetch_or(&sh->flags, SH_PEER_GONE | SH_PEER_SHUT);
 		return -e;
 	}
@@ -256,10 +257,13 @@ void bell_fill(struct conn *c, int fd)
 #define DRAIN_LOOK 64
 
 /*
- * Consume one doorbell (one byte of room: a byte is a protocol breach to
- * notice).  A doorbell may carry the peer's pool (bell_send_pool): its
- * descriptors go to peerpool_adopt, which keeps or closes them - read
- * without room for them, the kernel would close them unseen.
+ * Consume one doorbell.  No room for a byte: a message with bytes is a
+ * protocol breach, seen as truncated (1 returned); and should another
+ * thread have made @fd the TCP socket after a move (core/move.c), a
+ * zero-length read takes nothing from its stream.  A doorbell may carry
+ * the peer's pool (bell_send_pool): its descriptors go to peerpool_adopt,
+ * which keeps or closes them - read without room for them, the kernel
+ * would close them unseen.
  */
 static ssize_t bell_take(struct conn *c, int fd, char *b)
 {
@@ -267,7 +271,7 @@ static ssize_t bell_take(struct conn *c, int fd, char *b)
 		struct cmsghdr align;
 		char buf[CMSG_SPACE(2 * sizeof(int))];
 	} u;
-	struct iovec v = { b, 1 };
+	struct iovec v = { b, 0 };
 	struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1,
 	                    .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
 	ssize_t n = sys_recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
@@ -276,7 +280,9 @@ static ssize_t bell_take(struct conn *c, int fd, char *b)
 		/* it cannot fail otherwise for a doorbell, but a seccomp filter
 		 * can make it: the doorbell still goes (its descriptors, if any,
 		 * with it - a pool refused) */
-		return sys_recv(fd, b, 1, MSG_DONTWAIT);
+		return sys_recv(fd, b, 0, MSG_DONTWAIT);
+	if (n == 0 && (m.msg_flags & MSG_TRUNC))
+		n = 1;                  /* bytes where only doorbells belong */
 	if (n >= 0 && m.msg_controllen) {
 		int fds[2] = { -1, -1 }, got = 0;
 
@@ -317,6 +323,8 @@ void bell_drain(struct conn *c, int fd, int keep_one)
 			break;                          /* none counted (or nonsense) */
 		if (keep_one && seq - i == 1)
 			break;                          /* the last one keeps us readable */
+		if (move_flagged(c))
+			break;                          /* moved meanwhile: nothing to drain */
 		/* an entry older than the log was overwritten: its data is older still */
 		val = seq - i > BELL_LOG ? 0 :
 		      atomic_load_explicit(&c->rx->bell_val[i % BELL_LOG], memory_order_relaxed);

@@ -66,6 +66,12 @@ int close_shutdown(struct conn *c, int fd, int how)
 		if (move_seen(c))
 			return -EXDEV;  /* the caller shuts the TCP socket down (move.c) */
 		shared_lock(&sh->tx_lock);
+		/* a writer that lost the race with a seal sent its bytes over
+		 * TCP under this lock: the end goes after them, on TCP too */
+		if (move_seen(c)) {
+			shared_unlock(&sh->tx_lock);
+			return -EXDEV;
+		}
 		if (!(atomic_load(&sh->flags) & SH_SHUT_WR)) {
 			atomic_store(&c->tx->fin_prod, sh->prod);
 			atomic_fetch_or_explicit(&c->tx->flags, RING_F_SHUTDOWN, memory_order_seq_cst);

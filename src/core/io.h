@@ -271,11 +271,13 @@ int rx_peer_prod(struct conn *c, uint64_t *prod);
 int move_possible(const struct conn *c);
 int move_start(struct conn *c, int fd, int reason);
 int move_seen(struct conn *c);
-/* The same question without sealing anything, for const callers. */
+/* The same question without sealing anything, for const callers: a moved
+ * flag on a connection that cannot follow is a lie (move_seen resets it). */
 static inline int move_flagged(const struct conn *c)
 {
 	return (atomic_load_explicit(&c->sh->flags, memory_order_acquire) & SH_MOVED) ||
-	       (atomic_load_explicit(&c->rx->flags, memory_order_acquire) & RING_F_MOVED);
+	       ((atomic_load_explicit(&c->rx->flags, memory_order_acquire) & RING_F_MOVED) &&
+	        !c->direct && c->tcp_fd >= 0);
 }
 
 /* close.c */

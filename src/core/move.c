@@ -70,7 +70,8 @@ static void move_seal(struct conn *c, int reason)
 
 int move_possible(const struct conn *c)
 {
-	return c->mode == MODE_SHM && !c->direct && c->tcp_fd >= 0;
+	return c->mode == MODE_SHM && !c->direct && c->tcp_fd >= 0 &&
+	       !atomic_load_explicit(&c->rx->no_tcp, memory_order_acquire);
 }
 
 int move_seen(struct conn *c)
@@ -95,8 +96,10 @@ int move_start(struct conn *c, int fd, int reason)
 		return -EOPNOTSUPP;
 	move_seal(c, reason);
 	/* a writer of the peer's blocked on its doorbells gets room, then
-	 * everyone on both sides wakes to the hang-up and finds the seal */
-	for (int i = 0; i < 256 && sys_recv(fd, &b, 1, MSG_DONTWAIT) >= 0; i++)
+	 * everyone on both sides wakes to the hang-up and finds the seal.
+	 * Zero-length reads: if another thread of ours has made @fd the TCP
+	 * socket already, they take nothing from it */
+	for (int i = 0; i < 256 && sys_recv(fd, &b, 0, MSG_DONTWAIT) == 0; i++)
 		;
 	sys_shutdown(fd, SHUT_RDWR);
 	bell_wake_word(&c->tx->wake_seq);

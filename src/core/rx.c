@@ -300,13 +300,15 @@ static int rx_end_state(struct conn *c, uint32_t peer_flags)
 {
 	if (atomic_load(&c->sh->flags) & SH_BROKEN || peer_flags & RING_F_ABORT)
 		return -ECONNRESET;
-	if (peer_flags & (RING_F_SHUTDOWN | RING_F_CLOSED) ||
-	    atomic_load(&c->sh->flags) & (SH_SHUT_RD | SH_PEER_SHUT))
+	if (peer_flags & (RING_F_SHUTDOWN | RING_F_CLOSED) || atomic_load(&c->sh->flags) & SH_SHUT_RD)
 		return 1;       /* end of stream */
 	/* a close or shutdown the peer published came before any move: the
-	 * ring's end is the stream's; after a move they go over TCP */
+	 * ring's end is the stream's; after a move they go over TCP (and the
+	 * doorbell socket's hang-up is the move's, not the peer's) */
 	if (move_seen(c))
 		return RX_END_MOVED;
+	if (atomic_load(&c->sh->flags) & SH_PEER_SHUT)
+		return 1;
 	return 0;
 }
 
@@ -416,6 +418,8 @@ socket_wait:
 		atomic_fetch_sub_explicit(&c->tx->sleepers, 1, memory_order_relaxed);
 	shared_lock(&sh->rx_lock);
 	if (n > 0) {
+		if (move_flagged(c))
+			return 0;       /* another thread made @fd the TCP socket: look again */
 		close_mark_broken(c);
 		return -ECONNRESET;
 	}
@@ -547,8 +551,15 @@ static int rx_recv_step(struct conn *c, int fd, struct rx_call *k, int *idle_loo
 	end = rx_end_state(c, pf);
 	if (end < 0)
 		return -end;
-	if (end == RX_END_MOVED && !k->got)
-		return EXDEV;           /* the caller reads the TCP socket */
+	if (end == RX_END_MOVED) {
+		/* sealed now: a publish that landed before the seal is read first */
+		if (rx_peer_prod(c, &prod) < 0)
+			return ECONNRESET;
+		if (prod != c->sh->cons)
+			return rx_recv_take(c, fd, k, prod);
+		if (!k->got)
+			return EXDEV;   /* the caller reads the TCP socket */
+	}
 	if (end || (k->got && !k->waitall))
 		return RX_STOP;
 	if (rx_empty_before_wait(c, fd))

@@ -40,10 +40,13 @@ static int tx_error(struct conn *c)
 
 	if (f & SH_BROKEN || pf & RING_F_ABORT)
 		return ECONNRESET;
-	if (f & (SH_SHUT_WR | SH_PEER_GONE) || pf & RING_F_CLOSED)
+	if (f & SH_SHUT_WR || pf & RING_F_CLOSED)
 		return EPIPE;
+	/* after a move the doorbell socket's hang-up is the move's (move.c) */
 	if (move_seen(c))
-		return EXDEV;           /* the caller writes to the TCP socket (move.c) */
+		return EXDEV;           /* the caller writes to the TCP socket */
+	if (f & SH_PEER_GONE)
+		return EPIPE;
 	return 0;
 }
 
@@ -92,6 +95,8 @@ static long tx_space(struct conn *c, int fd, uint32_t want, int dontwait)
 		shared_unlock(&sh->tx_lock);
 		int r = bell_wait_writable(fd, dontwait);
 		shared_lock(&sh->tx_lock);
+		if (r < 0 && move_seen(c))
+			return -EXDEV;  /* woken by a move (move.c): the rest goes over TCP */
 		if (r == -EAGAIN)
 			return 0;
 		if (r < 0)
@@ -103,49 +108,47 @@ static long tx_space(struct conn *c, int fd, uint32_t want, int dontwait)
 /*
  * The ring was sealed between our copy and our publish (move.c): the @n
  * bytes at our cursor go over TCP instead, after everything the ring holds
- * - the peer reads the ring up to the seal first.  A blocking send: they
- * were accepted already.  A cursor moved by anyone but a seal is the
- * peer's lie: reset.
+ * - the peer reads the ring up to the seal first.  As a send on the TCP
+ * socket would: a non-blocking one takes what fits, a blocking one waits.
+ * Returns how many went.  A cursor moved by anyone but a seal is the
+ * peer's lie: reset, nothing sent.
  */
-static void tx_publish_failed(struct conn *c, uint64_t raw, uint32_t n)
+static uint32_t tx_publish_failed(struct conn *c, uint64_t raw, uint32_t n, int dontwait)
 {
 	struct conn_shared *sh = c->sh;
 	struct iovec iov[2];
 	struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2 };
+	uint32_t sent = 0;
 
 	if (!ring_prod_sealed(raw, sh->peer_cons_seen, c->tx_size) || raw - RING_PROD_MOVED != sh->prod) {
 		close_mark_broken(c);
-		return;
+		return 0;
 	}
 	ring_pieces(ring_data(c->tx), c->tx_size, sh->prod, n, iov);
-	while (iov[0].iov_len + iov[1].iov_len) {
+	while (sent < n) {
 		struct pollfd p = { .fd = c->tcp_fd, .events = POLLOUT };
 		ssize_t k = sys_sendmsg(c->tcp_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
 
-		if (k < 0 && errno == EAGAIN)
+		if (k < 0 && errno == EAGAIN && !dontwait)
 			sys_poll(&p, 1, -1);
 		else if (k < 0 && errno != EINTR)
-			return;         /* the TCP connection failed: as TCP, the bytes are lost with it */
+			break;          /* full (non-blocking), or the TCP connection failed */
 		for (int i = 0; k > 0 && i < 2; i++) {
 			size_t t = (size_t)k < iov[i].iov_len ? (size_t)k : iov[i].iov_len;
 			iov[i].iov_base = (char *)iov[i].iov_base + t;
 			iov[i].iov_len -= t;
+			sent += (uint32_t)t;
 			k -= (ssize_t)t;
 		}
 	}
+	return sent;
 }
 
-/* Publish @n more bytes of ring, standing for @bytes of the stream. */
-static void tx_publish_as(struct conn *c, int fd, uint32_t n, uint64_t bytes)
+/* Count @n bytes published (standing for @bytes of the stream) and ring. */
+static void tx_published(struct conn *c, int fd, uint32_t n, uint64_t bytes)
 {
 	struct conn_shared *sh = c->sh;
-	uint64_t raw = sh->prod;
 
-	/* a compare-and-swap, not a store: a sealed cursor stays sealed (move.c) */
-	if (!atomic_compare_exchange_strong(&c->tx->prod, &raw, sh->prod + n)) {
-		tx_publish_failed(c, raw, n);
-		return;
-	}
 	sh->prod += n;
 	conn_count_call(c);
 	if (c->slot) {
@@ -155,9 +158,34 @@ static void tx_publish_as(struct conn *c, int fd, uint32_t n, uint64_t bytes)
 	bell_after_produce(c, fd);
 }
 
-static void tx_publish(struct conn *c, int fd, uint32_t n)
+/* Make @n more bytes of ring visible: 1, or 0 with the cursor found in
+ * *@raw - a compare-and-swap, not a store, so a sealed cursor stays sealed
+ * (move.c). */
+static int tx_publish_cas(struct conn *c, uint32_t n, uint64_t *raw)
 {
-	tx_publish_as(c, fd, n, n);
+	*raw = c->sh->prod;
+	return atomic_compare_exchange_strong(&c->tx->prod, raw, c->sh->prod + n);
+}
+
+/*
+ * Publish @n more bytes of ring, standing for @bytes of the stream.
+ * Returns how many of the @n went: all, unless the ring was sealed
+ * meanwhile - then the TCP socket took them, or (@dontwait) what fit.
+ */
+static uint32_t tx_publish_as(struct conn *c, int fd, uint32_t n, uint64_t bytes, int dontwait)
+{
+	uint64_t raw;
+
+	if (!tx_publish_cas(c, n, &raw))
+		return tx_publish_failed(c, raw, n, dontwait);
+	tx_published(c, fd, n, bytes);
+	return n;
+}
+
+static uint32_t tx_publish(struct conn *c, int fd, uint32_t n)
+{
+	return tx_publish_as(c, fd, n, n,
+	                     atomic_load_explicit(&c->sh->nonblock, memory_order_relaxed));
 }
 
 static ssize_t tx_finish(ssize_t done, long err, int flags)
@@ -252,8 +280,13 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 				off = 0;
 			}
 		}
-		tx_publish(c, fd, chunk);
-		done += chunk;
+		uint32_t went = tx_publish_as(c, fd, chunk, chunk, dontwait ||
+		                              atomic_load_explicit(&sh->nonblock, memory_order_relaxed));
+		done += went;
+		if (went < chunk) {
+			space = -EXDEV; /* sealed: the TCP socket took only these (move.c) */
+			break;
+		}
 	}
 	shared_unlock(&sh->tx_lock);
 	return tx_finish((ssize_t)done, space, flags);
@@ -351,7 +384,7 @@ long long tx_send_ref(struct conn *c, int fd, uint32_t off, uint32_t len, int do
 {
 	struct conn_shared *sh = c->sh;
 	struct ring_ref *e;
-	uint64_t end;
+	uint64_t end, raw;
 	long space;
 
 	if (io_hold_mine(&c->tx_hold))
@@ -372,8 +405,18 @@ long long tx_send_ref(struct conn *c, int fd, uint32_t off, uint32_t len, int do
 	atomic_store_explicit(&e->len, len, memory_order_relaxed);
 	atomic_store_explicit(&c->tx->ref_prod, ++sh->ref_prod, memory_order_release);
 	ring_data(c->tx)[sh->prod & (c->tx_size - 1)] = 0;
+	if (!tx_publish_cas(c, 1, &raw)) {
+		/* sealed meanwhile (move.c): the reference stands beyond the
+		 * seal, where the peer never reads; the buffer stays the
+		 * program's, and the send fails */
+		atomic_store_explicit(&c->tx->ref_prod, --sh->ref_prod, memory_order_release);
+		if (!ring_prod_sealed(raw, sh->peer_cons_seen, c->tx_size))
+			close_mark_broken(c);
+		shared_unlock(&sh->tx_lock);
+		return -EXDEV;
+	}
 	end = sh->ref_end = sh->prod + 1;
-	tx_publish_as(c, fd, 1, len);
+	tx_published(c, fd, 1, len);
 	shared_unlock(&sh->tx_lock);
 	return (long long)end;
 }

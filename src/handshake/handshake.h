@@ -135,6 +135,9 @@ void hs_after_fork(void);
  */
 int hs_moved_follow(struct conn *c);
 int hs_sandbox(void);
+/* A descriptor limit of @lowest: connections whose numbers it leaves out
+ * (no dup3 onto them after it) move now; returns how many could not. */
+int hs_move_fds_from(int lowest);
 int hs_sandboxed(void);
 /* A connection of a sandboxed process, left on TCP: counted (R_SANDBOX). */
 void hs_sandboxed_tcp(void);

@@ -108,6 +108,8 @@ void install_go_lean(struct conn *c)
 		c->tcp_fd = -1;
 		c->direct = 1;          /* names from what we recorded, options on demand */
 	}
+	/* the peer must not move it to TCP: we could not follow (core/move.c) */
+	atomic_store_explicit(&c->tx->no_tcp, 1, memory_order_release);
 	if (c->region)
 		region_drop_memfd(c->region);
 }

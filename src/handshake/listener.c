@@ -56,6 +56,11 @@ static void listeners_unreachable(const char *why)
 	DBG("%s: listeners marked for TCP", why);
 }
 
+void listeners_confined(void)
+{
+	listeners_unreachable("the process confines itself");
+}
+
 void hs_user_changing(uid_t euid)
 {
 	if (euid != (uid_t)-1 && euid != geteuid() && !registry_usable_by(euid))

@@ -81,8 +81,8 @@ static void sandbox_one(int fd, struct conn *c, void *arg)
 	if (c->mode != MODE_SHM || atomic_load(&c->moved_here))
 		return;
 	if (!move_possible(c)) {
-		DBG("fd %d: a seccomp filter comes, and a connection made without TCP cannot "
-		    "move to TCP: it stays in shared memory", fd);
+		DBG("fd %d: confined, and a connection without TCP beneath (at either end) "
+		    "cannot move to TCP: it stays in shared memory", fd);
 		++*stuck;
 		return;
 	}
@@ -109,9 +109,31 @@ int hs_sandbox(void)
 		return 0;
 	hs_resolve_all();               /* nothing undecided waits on a handshake */
 	spin_forbid();                  /* spinning reads /proc now and then */
+	listeners_confined();            /* no offer waits for an accept() we would not serve */
 	fd_for_each_conn(sandbox_one, &stuck);
 	fd_for_each_conn(sandbox_follow, NULL);
 	return stuck;
+}
+
+struct above {
+	int lowest, stuck;
+};
+
+static void move_one_above(int fd, struct conn *c, void *arg)
+{
+	struct above *a = arg;
+
+	if (fd >= a->lowest)
+		sandbox_one(fd, c, &a->stuck);
+}
+
+int hs_move_fds_from(int lowest)
+{
+	struct above a = { lowest, 0 };
+
+	fd_for_each_conn(move_one_above, &a);
+	fd_for_each_conn(sandbox_follow, NULL);
+	return a.stuck;
 }
 
 int hs_sandboxed(void)

@@ -74,6 +74,10 @@ struct ring_hdr {
 	_Atomic uint32_t wake_seq;          /* futex word: the writer bumps it to wake */
 	_Atomic uint32_t pool_ack;          /* 1: the owner mapped the peer's pool, so
 	                                       the peer may send references (pool.c) */
+	_Atomic uint32_t no_tcp;            /* 1: the owner keeps no TCP socket beneath
+	                                       (closed under a small descriptor budget):
+	                                       it cannot follow a move (core/move.c).  Not
+	                                       a flag: spinners wake at any flag */
 	/* doorbells the owner sent (value = owner's prod when it rang) */
 	_Alignas(64) _Atomic uint64_t bell_seq;
 	_Atomic uint64_t bells_drained;     /* doorbells the owner consumed */

@@ -265,9 +265,8 @@ static int is_table_name(const char *n)
 /*
  * Other processes' files are read, never mapped: their owner could truncate
  * them while we look (a SIGBUS in a mapping, a short read here).  0 when
- * all @len bytes were there.
+ * at least @least of the @len bytes were there (the rest zeroed).
  */
-/* Read @len bytes of @path, or at least @least of them (the rest zeroed). */
 static int read_least(int dirfd, const char *path, void *buf, size_t len, size_t least)
 {
 	size_t got = 0;
@@ -283,8 +282,11 @@ static int read_least(int dirfd, const char *path, void *buf, size_t len, size_t
 			got += (size_t)n;
 	}
 	close(fd);
-	memset((char *)buf + got, 0, len - got);
-	return got >= least ? 0 : -1;
+	if (got < least)
+		return -1;
+	if (got < len)
+		memset((char *)buf + got, 0, len - got);
+	return 0;
 }
 
 static int read_whole(int dirfd, const char *path, void *buf, size_t len)

@@ -17,8 +17,10 @@ static ssize_t recv_iov(struct conn *c, int fd, const struct iovec *iov, int n, 
 {
 	ssize_t r = rx_recv(c, fd, iov, n, flags);
 
-	if (r == SHIM_MOVED)
-		hs_moved_follow(c);     /* moved while we waited: @fd becomes the TCP socket */
+	/* moved while we waited: @fd becomes the TCP socket, and what the ring
+	 * still answers (an end the peer published there first) comes first */
+	if (r == SHIM_MOVED && hs_moved_follow(c))
+		r = rx_recv(c, fd, iov, n, flags);
 	conn_put(c);
 	return r;
 }

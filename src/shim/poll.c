@@ -18,6 +18,8 @@ static void decide_polled_fd(int fd)
 {
 	uint16_t f = fd_flags(fd);
 
+	if (fd_has_conn(fd))
+		shim_follow_moved(fd);  /* a poll for POLLOUT only sees TCP's state too */
 	if ((f & (FDF_PENDING | FDF_PREFIX)) == FDF_PENDING)
 		hs_resolve_fd(fd);      /* one whose first bytes wait is the TCP socket still */
 	if ((f & (FDF_LISTENING | FDF_NO_DIRECT)) == FDF_LISTENING)
@@ -34,9 +36,32 @@ static void decide_polled(const struct pollfd *fds, nfds_t n)
 static void decide_selected(int nfds, const fd_set *rd, const fd_set *wr, const fd_set *ex)
 {
 	for (int fd = 0; fd < nfds && fd < FD_SETSIZE; fd++)
-		if ((fd_flags(fd) & (FDF_PENDING | FDF_LISTENING)) && ((rd && FD_ISSET(fd, rd)) ||
-		    (wr && FD_ISSET(fd, wr)) || (ex && FD_ISSET(fd, ex))))
+		if (((fd_flags(fd) & (FDF_PENDING | FDF_LISTENING)) || fd_has_conn(fd)) &&
+		    ((rd && FD_ISSET(fd, rd)) || (wr && FD_ISSET(fd, wr)) || (ex && FD_ISSET(fd, ex))))
 			decide_polled_fd(fd);
+}
+
+/*
+ * The kernel answered a poll that smclo did not make its own (no read
+ * events of a connection asked): a hang-up it reports for a connection
+ * may be the doorbell socket's at a move (core/move.c) that came while it
+ * slept.  Followed, and asked again of the TCP socket now there.
+ */
+static int poll_recheck_moved(struct pollfd *fds, nfds_t n, int r)
+{
+	for (nfds_t i = 0; r > 0 && i < n; i++) {
+		struct pollfd *f = &fds[i];
+		short was = f->revents;
+
+		if (!(was & (POLLHUP | POLLERR)) || !fd_has_conn(f->fd))
+			continue;
+		shim_follow_moved(f->fd);
+		f->revents = 0;
+		if (sys_poll(f, 1, 0) < 0)
+			f->revents = was;
+		r -= !f->revents;
+	}
+	return r;
 }
 
 static int prefix_polled(const struct pollfd *fds, nfds_t n)
@@ -90,7 +115,9 @@ EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 		return poll_sliced(fds, n, timeout, NULL);
 	if (smclo_active && pollwait_needed(fds, n))
 		return pollwait(fds, n, timeout, NULL);
-	return real_poll(fds, n, timeout);
+	if (!smclo_active || !conn_count())
+		return real_poll(fds, n, timeout);
+	return poll_recheck_moved(fds, n, real_poll(fds, n, timeout));
 }
 
 EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen)
@@ -114,7 +141,9 @@ EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const 
 		return poll_sliced(fds, n, shim_timespec_ms(ts), mask);
 	if (smclo_active && pollwait_needed(fds, n))
 		return pollwait(fds, n, shim_timespec_ms(ts), mask);
-	return real_ppoll(fds, n, ts, mask);
+	if (!smclo_active || !conn_count())
+		return real_ppoll(fds, n, ts, mask);
+	return poll_recheck_moved(fds, n, real_ppoll(fds, n, ts, mask));
 }
 
 EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts,
@@ -128,8 +157,18 @@ EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *
 {
 	REAL(select);
 
-	if (smclo_active && hs_sandboxed())
-		return real_select(nfds, rd, wr, ex, tv);       /* moved.c: calls of its own only */
+	if (smclo_active && hs_sandboxed()) {
+		/* the program's own call, and what only the rings know (moved.c) */
+		fd_set asked;
+		struct timeval now = { 0, 0 };
+		int r;
+
+		if (rd)
+			asked = *rd;
+		r = real_select(nfds, rd, wr, ex,
+		                pollwait_moved_select(nfds, rd ? &asked : NULL, NULL, -1) ? &now : tv);
+		return r < 0 ? r : pollwait_moved_select(nfds, rd ? &asked : NULL, rd, r);
+	}
 	if (smclo_active)
 		decide_selected(nfds, rd, wr, ex);
 	if (smclo_active && pollwait_select_needed(nfds, rd)) {
@@ -144,8 +183,18 @@ EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct ti
 {
 	REAL(pselect);
 
-	if (smclo_active && hs_sandboxed())
-		return real_pselect(nfds, rd, wr, ex, ts, mask);
+	if (smclo_active && hs_sandboxed()) {
+		fd_set asked;
+		static const struct timespec now;
+		int r;
+
+		if (rd)
+			asked = *rd;
+		r = real_pselect(nfds, rd, wr, ex,
+		                 pollwait_moved_select(nfds, rd ? &asked : NULL, NULL, -1) ? &now : ts,
+		                 mask);
+		return r < 0 ? r : pollwait_moved_select(nfds, rd ? &asked : NULL, rd, r);
+	}
 	if (smclo_active)
 		decide_selected(nfds, rd, wr, ex);
 	if (smclo_active && pollwait_select_needed(nfds, rd))

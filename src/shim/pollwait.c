@@ -337,3 +337,30 @@ int pollwait_moved_rings(struct pollfd *fds, nfds_t n, int r)
 	}
 	return r >= 0 ? r : ready;
 }
+
+/*
+ * The same for select() under a seccomp filter: how many of the read set
+ * have ring bytes left (with @r < 0), or, after the program's own call
+ * answered @r (its sets as the kernel left them in @rd), those marked too
+ * and the new count.  @asked: the read set the program passed.
+ */
+int pollwait_moved_select(int nfds, const fd_set *asked, fd_set *rd, int r)
+{
+	int ready = 0;
+
+	for (int fd = 0; asked && fd < nfds && fd < FD_SETSIZE; fd++) {
+		struct conn *c;
+
+		if (!FD_ISSET(fd, asked) || !fd_has_conn(fd) || !(c = fd_get_conn(fd)))
+			continue;
+		if (c->mode == MODE_SHM && rx_ring_readable(c)) {
+			ready++;
+			if (r >= 0 && rd && !FD_ISSET(fd, rd)) {
+				FD_SET(fd, rd);
+				r++;
+			}
+		}
+		conn_put(c);
+	}
+	return r >= 0 ? r : ready;
+}

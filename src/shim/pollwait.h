@@ -10,8 +10,10 @@
 #include <sys/select.h>
 
 /* Does any descriptor in @fds need us (an accelerated connection or an epoll set)? */
-/* Under a seccomp filter: the rings' last bytes among @fds (pollwait.c). */
+/* Under a seccomp filter: the rings' last bytes among @fds, and among
+ * select()'s read set (pollwait.c). */
 int pollwait_moved_rings(struct pollfd *fds, nfds_t n, int r);
+int pollwait_moved_select(int nfds, const fd_set *asked, fd_set *rd, int r);
 int pollwait_needed(const struct pollfd *fds, nfds_t n);
 
 /* ppoll() with smclo's view added: @timeout in ms (-1: forever). */

@@ -4,7 +4,8 @@
  * and a descriptor limit lowered below its connections' numbers (OpenSSH's
  * sandbox sets RLIMIT_NOFILE to 1 just before its filter: no dup3() onto a
  * connection's number is possible after that; shim/process.c calls
- * seccomp_nofile_lowering).  A program that calls seccomp(2) through
+ * seccomp_nofile_lowering): those connections move, and the process goes
+ * on accelerating what it can.  A program that calls seccomp(2) through
  * syscall() itself is not seen: interposing syscall() would put every raw
  * system call of smclo's own behind a wrapper.
  *
@@ -50,8 +51,12 @@ void seccomp_nofile_lowering(unsigned long soft)
 	if (!smclo_active || conn_count() == 0)
 		return;
 	fd_for_each_conn(highest_conn_fd, &high);
-	if (high >= 0 && soft <= (unsigned long)high)
-		seccomp_coming();
+	if (high >= 0 && soft <= (unsigned long)high) {
+		int stuck = hs_move_fds_from((int)soft);
+
+		DBG("descriptor limit %lu: connections from there moved to TCP (%d could not)",
+		    soft, stuck);
+	}
 }
 
 EXPORT int prctl(int option, ...)

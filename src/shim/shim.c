@@ -82,3 +82,14 @@ struct conn *shim_conn_lookup(int fd, size_t n, int flags, int reading)
 	}
 	return c;
 }
+
+void shim_follow_moved(int fd)
+{
+	struct conn *c = fd_get_conn(fd);
+
+	if (!c)
+		return;
+	if (c->mode == MODE_SHM && !atomic_load(&c->moved_here) && move_seen(c))
+		hs_moved_follow(c);
+	conn_put(c);
+}

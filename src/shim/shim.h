@@ -58,6 +58,13 @@ static inline struct conn *shim_conn(int fd)
  */
 #define SHIM_MOVED (-EXDEV)
 
+/*
+ * A connection of @fd moved to TCP by the peer (core/move.c) is followed
+ * now: a readiness call that looks at the kernel only (a poll for POLLOUT)
+ * must see the TCP socket, not the doorbell socket's hang-up.
+ */
+void shim_follow_moved(int fd);
+
 /* close.c: what smclo knew of @fd, forgotten as it closes (close, dup2 over it). */
 void shim_forget_fd(int fd);
 

@@ -3,7 +3,7 @@
  * separated child does, with a harsher filter: after it, any system call
  * but read, write, close and exit kills the process (SIGSYS).
  *
- *   seccomp_echo PORT HEAD OWN [--poll | --libseccomp]
+ *   seccomp_echo PORT HEAD OWN [--poll | --libseccomp | --nofile]
  *
  * Accepts one connection on 127.0.0.1:PORT, reads HEAD bytes, writes OWN
  * bytes of a pattern (byte i is i*7 mod 251) the client has not read yet,
@@ -11,7 +11,8 @@
  * everything until end of file and exits 0.  --poll: waits in poll()
  * before each read (poll is then allowed too), as sshd does.  --libseccomp:
  * the same filter made and loaded with libseccomp (exits 77 when built
- * without it).  Under smclo
+ * without it).  --nofile: first RLIMIT_NOFILE of 1, as OpenSSH's sandbox
+ * sets it (no descriptor number can be reused after it).  Under smclo
  * the connection must move to TCP before the filter, with no byte lost.
  */
 #include <errno.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -114,6 +116,7 @@ int main(int argc, char **argv)
 	static char buf[65536];
 	int l, fd, with_poll = argc > 4 && strcmp(argv[4], "--poll") == 0;
 	int with_lib = argc > 4 && strcmp(argv[4], "--libseccomp") == 0;
+	int with_nofile = argc > 4 && strcmp(argv[4], "--nofile") == 0;
 	size_t head, own;
 
 	if (argc < 4) {
@@ -135,6 +138,10 @@ int main(int argc, char **argv)
 			buf[j] = (char)((i + j) * 7 % 251);
 		write_all(fd, buf, n);
 		i += n;
+	}
+	if (with_nofile && setrlimit(RLIMIT_NOFILE, &(struct rlimit){ 1, 1 }) < 0) {
+		perror("setrlimit");
+		return 2;
 	}
 	if (with_lib)
 		lock_down_libseccomp();

@@ -8,7 +8,10 @@ read, then installs a filter that kills on anything but read, write,
 close and exit (and poll with --poll, as sshd waits), and echoes until end
 of file.  The client writes before and after the filter and reads all.
 With --libseccomp the filter is made and loaded by libseccomp, whose
-seccomp_load() smclo interposes (it reaches the kernel through syscall()).
+seccomp_load() smclo interposes (it reaches the kernel through syscall());
+with --nofile a descriptor limit of 1 comes first, as in OpenSSH's sandbox:
+no dup3() onto the connection's number is possible after it, so the
+connection moves at the setrlimit().
 """
 import os
 import subprocess
@@ -38,7 +41,7 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("how", ["read", "poll", "libseccomp"])
+@pytest.mark.parametrize("how", ["read", "poll", "libseccomp", "nofile"])
 def test_filter_kills_on_anything_else(reg, procs, how):
     port = free_port()
     args = [str(TESTBIN / "seccomp_echo"), str(port), "100", "50000"]

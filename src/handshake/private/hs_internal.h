@@ -21,6 +21,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* ---- listener.c --------------------------------------------------------- */
+
+/* A process that confines itself (moved.c): clients of its listeners take
+ * TCP at once, as after a privilege drop to a user without the registry. */
+void listeners_confined(void);
+
 /* ---- proof.c ------------------------------------------------------------ */
 
 uint64_t proof_netns_cookie(int fd);
