@@ -163,6 +163,11 @@ int sockopt_ioctl(struct conn *c, unsigned long req, void *arg, int *handled)
 	case SIOCOUTQ:
 		*(int *)arg = (int)tx_unacked(c);
 		return 0;
+	case SIOCATMARK:
+		/* urgent data moves a connection to TCP (core/move.c): a ring
+		 * holds none, and its bytes come before any mark */
+		*(int *)arg = 0;
+		return 0;
 	}
 	*handled = 0;
 	return 0;

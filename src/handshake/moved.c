@@ -47,6 +47,13 @@ static void moved_swap(int fd, struct conn *c, void *arg)
 	if (fl >= 0)
 		sys_fcntl(c->tcp_fd, F_SETFL, atomic_load(&c->sh->nonblock) ? fl | O_NONBLOCK
 		                                                             : fl & ~O_NONBLOCK);
+	{
+		/* who gets SIGURG and SIGIO: the program set it on the doorbell */
+		struct f_owner_ex own;
+
+		if (sys_fcntl(fd, F_GETOWN_EX, (long)&own) == 0 && own.pid)
+			sys_fcntl(c->tcp_fd, F_SETOWN_EX, (long)&own);
+	}
 	io_swap_begin(fd);
 	sys_dup3(c->tcp_fd, fd, fdfl > 0 && (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 	io_swap_end(fd);
@@ -113,6 +120,17 @@ int hs_sandbox(void)
 	fd_for_each_conn(sandbox_one, &stuck);
 	fd_for_each_conn(sandbox_follow, NULL);
 	return stuck;
+}
+
+int hs_move_now(struct conn *c, int fd, int reason)
+{
+	if (!move_seen(c)) {
+		if (!move_possible(c))
+			return -1;
+		move_start(c, fd, reason);
+	}
+	hs_moved_follow(c);
+	return 0;
 }
 
 struct above {

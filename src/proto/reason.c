@@ -32,6 +32,7 @@ static const struct {
 	[R_PRIVATE_REGISTRY] = { "private-registry", "only this user's registry (the shared one is unusable)" },
 	[R_SANDBOX]         = { "sandbox", "the process confines itself (seccomp, fd limit): on TCP" },
 	[R_PEER_MOVED]      = { "peer-moved", "the peer moved the connection to TCP" },
+	[R_URGENT]          = { "urgent-data", "urgent data sent (MSG_OOB): on TCP" },
 };
 
 const char *reason_id(int r)

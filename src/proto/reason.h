@@ -39,6 +39,7 @@ enum smclo_reason {
 	                          limit below its connections): they go on over TCP, new ones
 	                          are not accelerated (core/move.c, shim/seccomp.c) */
 	R_PEER_MOVED,          /* the peer moved the connection to TCP (core/move.c) */
+	R_URGENT,              /* urgent data (MSG_OOB) sent: the connection went on over TCP */
 	R_COUNT
 };
 

@@ -15,8 +15,15 @@
 /* -errno, or SHIM_MOVED: the program's own call reads the TCP socket. */
 static ssize_t recv_iov(struct conn *c, int fd, const struct iovec *iov, int n, int flags)
 {
-	ssize_t r = rx_recv(c, fd, iov, n, flags);
+	ssize_t r;
 
+	/* urgent data is TCP's: a peer that sent some moved the connection */
+	if ((flags & MSG_OOB) && move_seen(c)) {
+		hs_moved_follow(c);
+		conn_put(c);
+		return SHIM_MOVED;
+	}
+	r = rx_recv(c, fd, iov, n, flags);
 	/* moved while we waited: @fd becomes the TCP socket, and what the ring
 	 * still answers (an end the peer published there first) comes first */
 	if (r == SHIM_MOVED && hs_moved_follow(c))
@@ -156,10 +163,15 @@ EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 
 /* ---- sending ------------------------------------------------------------ */
 
-/* -errno, or SHIM_MOVED: the program's own call writes to the TCP socket. */
+/*
+ * -errno, or SHIM_MOVED: the program's own call writes to the TCP socket.
+ * Urgent data (MSG_OOB) is TCP's own: the connection moves there first
+ * (core/move.c), after every byte the ring holds.
+ */
 static ssize_t send_iov(struct conn *c, int fd, const struct iovec *iov, int n, int flags)
 {
-	ssize_t r = tx_send(c, fd, iov, n, flags);
+	ssize_t r = (flags & MSG_OOB) && hs_move_now(c, fd, R_URGENT) == 0 ? SHIM_MOVED :
+	            tx_send(c, fd, iov, n, flags);
 
 	if (r == SHIM_MOVED)
 		hs_moved_follow(c);

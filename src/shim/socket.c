@@ -252,16 +252,22 @@ EXPORT int getpeername(int fd, struct sockaddr *sa, socklen_t *len)
 	return (int)shim_ret(rc);
 }
 
-/* FIONREAD of a connection moved to TCP (core/move.c): what its ring still
- * holds comes before what the kernel counted. */
-static void moved_fionread(int fd, void *arg)
+/* FIONREAD and SIOCATMARK of a connection moved to TCP (core/move.c): what
+ * its ring still holds comes before what the kernel counted, and before
+ * any urgent mark. */
+static void moved_ioctl(int fd, unsigned long req, void *arg)
 {
 	struct conn *c = fd_get_conn(fd);
+	uint32_t n;
 
 	if (!c)
 		return;
-	if (c->mode == MODE_SHM && atomic_load(&c->moved_here))
-		*(int *)arg += (int)rx_available(c);
+	if (c->mode == MODE_SHM && atomic_load(&c->moved_here) && (n = rx_available(c))) {
+		if (req == FIONREAD)
+			*(int *)arg += (int)n;
+		else
+			*(int *)arg = 0;
+	}
 	conn_put(c);
 }
 
@@ -281,8 +287,8 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 		rc = sockopt_ioctl(c, req, arg, &handled);
 	if (!handled)
 		rc = real_ioctl(fd, req, arg);
-	if (!c && req == FIONREAD && rc == 0 && fd_has_conn(fd))
-		moved_fionread(fd, arg);
+	if (!c && (req == FIONREAD || req == SIOCATMARK) && rc == 0 && fd_has_conn(fd))
+		moved_ioctl(fd, req, arg);
 	if (c && req == FIONBIO && rc == 0)
 		atomic_store(&c->sh->nonblock, *(int *)arg != 0);
 	if (!c && req == FIONBIO && rc == 0 && *(int *)arg)

@@ -148,7 +148,7 @@ def try_kernel_tls(c):
     return None
 
 
-def exchange(c, data, api=None, pool=False, seccomp=False):
+def exchange(c, data, api=None, pool=False, seccomp=False, urgent=False):
     got = bytearray()
     err = []
     sender = api.Pool(c.fileno()) if pool else None
@@ -178,6 +178,12 @@ def exchange(c, data, api=None, pool=False, seccomp=False):
             sender.sendall(data[first:])
         elif api:
             api.sendall(c.fileno(), data)
+        elif urgent:
+            # an urgent byte halfway: out of band, so the echo is the rest;
+            # under smclo the connection moves to TCP for it (core/move.c)
+            c.sendall(data[:len(data) // 2])
+            c.send(b"U", socket.MSG_OOB)
+            c.sendall(data[len(data) // 2:])
         elif seccomp:
             # half the bytes in the rings, then a filter (every system call
             # allowed): smclo moves the connection to TCP under way, the
@@ -234,6 +240,7 @@ def main():
     epoll_early = "--epoll-early" in opts
     ktls = "--ktls" in opts
     seccomp = "--seccomp" in opts
+    urgent = "--urgent" in opts
     api = None
     pool = "--pool" in opts
     if "--api" in opts or pool:
@@ -274,7 +281,7 @@ def main():
         if c is None:
             continue
         why = try_kernel_tls(c) if ktls else None
-        why = why or exchange(c, data, api, pool, seccomp)
+        why = why or exchange(c, data, api, pool, seccomp, urgent)
         if why:
             bad.append("connection %d (%d B): %s" % (i, size, why))
         else:

@@ -218,6 +218,7 @@ client-seccomp     direct         inbox          rendezvous      tcp
 client-seccomp-lt  inbox          inbox          rendezvous      tcp
 client-seccomp-et  inbox          inbox          rendezvous      tcp
 client-seccomp-poll inbox         inbox          rendezvous      tcp
+client-urgent      inbox          inbox          rendezvous      tcp
 api-accept         direct         inbox          rendezvous      tcp
 api-fork           direct         inbox          rendezvous      tcp
 client-pool        direct         inbox          rendezvous      tcp
@@ -238,7 +239,8 @@ MATRIX = parse_matrix(MATRIX_TEXT)
 SERVER_FOR = {"client-fdpass": "accept", "client-epoll-early": "accept",
               "client-api": "accept", "client-pool": "accept", "client-ktls": "accept",
               "client-seccomp": "accept", "client-seccomp-lt": "epoll-lt",
-              "client-seccomp-et": "epoll-et", "client-seccomp-poll": "poll"}
+              "client-seccomp-et": "epoll-et", "client-seccomp-poll": "poll",
+              "client-urgent": "epoll-lt"}
 # client options per row
 CLIENT_OPTS = {
     "client-fdpass": ["--fdpass"],
@@ -249,6 +251,7 @@ CLIENT_OPTS = {
     "client-seccomp-lt": ["--seccomp"],
     "client-seccomp-et": ["--seccomp"],
     "client-seccomp-poll": ["--seccomp"],
+    "client-urgent": ["--urgent"],
     "client-pool": ["--pool"],
     "api-fork": ["--greet"],
     "pool-fork": ["--greet"],
