@@ -864,7 +864,8 @@ void epoll_watch_thread_sleeps(void)
  * then on the kernel's events for it are TCP's; the ring's last bytes are
  * owed until read.
  */
-void epoll_watch_swap_begin(int fd)
+/* @fn on @fd's entry in every set that has one, each set locked. */
+static void each_entry_of(int fd, void (*fn)(struct watch_set *s, struct watch_entry *e))
 {
 	if (!(fd_flags(fd) & FDF_WATCHED))
 		return;
@@ -874,38 +875,39 @@ void epoll_watch_swap_begin(int fd)
 		struct watch_entry *e;
 
 		pthread_mutex_lock(&s->lock);
-		if ((e = entry_find(s, fd))) {
-			sys_epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
-			if (e->parked) {
-				fd_clear_flags(fd, FDF_PARKED);
-				entry_drop(s, (int)(e - s->e));
-			}
-		}
+		if ((e = entry_find(s, fd)))
+			fn(s, e);
 		pthread_mutex_unlock(&s->lock);
 	}
 	pthread_mutex_unlock(&table_lock);
 }
 
+static void swap_leave(struct watch_set *s, struct watch_entry *e)
+{
+	sys_epoll_ctl(s->epfd, EPOLL_CTL_DEL, e->fd, NULL);
+	if (e->parked) {
+		fd_clear_flags(e->fd, FDF_PARKED);
+		entry_drop(s, (int)(e - s->e));
+	}
+}
+
+static void swap_return(struct watch_set *s, struct watch_entry *e)
+{
+	struct epoll_event on = { .events = e->events, .data = e->data };
+
+	sys_epoll_ctl(s->epfd, EPOLL_CTL_ADD, e->fd, &on);
+	if (e->watching)
+		entry_stop(s, e);
+	e->seen_prod = ~0ull;   /* a new registration's edge */
+	set_owed(s, e, rx_ring_readable(e->c));
+}
+
+void epoll_watch_swap_begin(int fd)
+{
+	each_entry_of(fd, swap_leave);
+}
+
 void epoll_watch_swap_end(int fd)
 {
-	if (!(fd_flags(fd) & FDF_WATCHED))
-		return;
-	pthread_mutex_lock(&table_lock);
-	for (int i = 0; i < n_sets; i++) {
-		struct watch_set *s = sets[i];
-		struct watch_entry *e;
-
-		pthread_mutex_lock(&s->lock);
-		if ((e = entry_find(s, fd))) {
-			struct epoll_event on = { .events = e->events, .data = e->data };
-
-			sys_epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &on);
-			if (e->watching)
-				entry_stop(s, e);
-			e->seen_prod = ~0ull;   /* a new registration's edge */
-			set_owed(s, e, rx_ring_readable(e->c));
-		}
-		pthread_mutex_unlock(&s->lock);
-	}
-	pthread_mutex_unlock(&table_lock);
+	each_entry_of(fd, swap_return);
 }
