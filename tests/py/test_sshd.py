@@ -17,10 +17,10 @@ Every client runs under smclo too: ssh, scp, sftp, rsync -e ssh and
 `git clone ssh://`.  For each: bytes exact (sha256), sshd still running and
 its log (-e: stderr) without a child killed by a signal or a fatal error,
 and every session accelerated at its handshake at both ends
-(`smclo stats`: accelerated_client and accelerated_server).  A connection
-smclo later moves back to TCP because a seccomp filter forbids its system
-calls is counted by reason `seccomp` (fallback_by_reason); the tests record
-that number (record_property "moved_to_tcp") and allow no other reason.
+(`smclo stats`: accelerated_client and accelerated_server), then moved to
+TCP before sshd's privilege-separated child confines itself: counted
+`sandbox` at sshd's end and `peer-moved` at the client's (moved_by_reason),
+once per session at least; no connection left on TCP for any reason.
 
 `python3 test_sshd.py` runs the same sessions with no smclo at all (plain
 TCP): a check of the harness itself.
@@ -139,18 +139,19 @@ class Sshd:
 
 
 def accelerated(reg, sessions, record_property):
-    """Every ssh session accelerated at its handshake, at both ends; the
-    ones later moved to TCP (reason seccomp) recorded, no other reason."""
+    """Every ssh session accelerated at its handshake, at both ends, and
+    moved to TCP before sshd's sandbox (core/move.c); none left on TCP."""
     st = reg.wait_stats(lambda s: s["accelerated_client"] >= sessions and
-                        s["accelerated_server"] >= sessions)
-    why = named(st)
-    moved = why.pop("seccomp", 0)
-    record_property("moved_to_tcp", moved)
+                        s["accelerated_server"] >= sessions and
+                        s["moved_by_reason"]["peer-moved"] >= sessions)
+    moved = st["moved_by_reason"]
+    record_property("moved_to_tcp", moved["sandbox"])
     assert st["accelerated_client"] >= sessions and st["accelerated_server"] >= sessions, (
         "%d sessions; accelerated client %d, server %d; on TCP: %s" % (
             sessions, st["accelerated_client"], st["accelerated_server"], named(st)))
-    assert not why, "on TCP for another reason than seccomp: %s" % why
-    return moved
+    assert moved["sandbox"] >= sessions and moved["peer-moved"] >= sessions, moved
+    assert not named(st), "on TCP: %s" % named(st)
+    return moved["sandbox"]
 
 
 # ---- the sessions: each returns how many ssh connections it made ------------
