@@ -159,9 +159,12 @@ if [ $MODE = asan ]; then
 	# a server forking a handler per connection (exec-python in
 	# test_kill_pattern, socat fork) answers the next offers late, and a
 	# client that gives up counts a timeout where the plain build does not.
-	# Tests that need a short or long timeout set their own.
+	# Tests that need a short or long timeout set their own.  The
+	# differential suite runs its inbox path only (SMCLO_DIFF_PATHS): every
+	# path runs the same rings, and the oracle's runs load no smclo.
 	# shellcheck disable=SC2086
 	(cd tests/py && env LD_PRELOAD="$INHERIT" SMCLO_BUILD="$BUILD" SMCLO_HANDSHAKE_MS=1000 \
+		SMCLO_DIFF_PATHS=inbox \
 		"$PYTHON" -m pytest -q -p no:cacheprovider $deselect "$@") || status=1
 else
 	# halt_on_error=0, exitcode=0: collect every race of a run, and let the

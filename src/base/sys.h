@@ -52,6 +52,11 @@ static inline int sys_ioctl_int(int fd, unsigned long req, int *v)
 	return (int)syscall(SYS_ioctl, fd, req, v);
 }
 
+static inline int sys_ioctl(int fd, unsigned long req, void *arg)
+{
+	return (int)syscall(SYS_ioctl, fd, req, arg);
+}
+
 static inline ssize_t sys_recv(int fd, void *b, size_t n, int f)
 {
 	return (ssize_t)syscall(SYS_recvfrom, fd, b, n, f, NULL, NULL);

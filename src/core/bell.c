@@ -137,7 +137,8 @@ void bell_after_produce(struct conn *c, int fd)
 		return;                 /* the reader has plenty queued already */
 	/* pairs with the reader's publish-cons-then-load-prod (Dekker) */
 	peer_cons = atomic_load_explicit(&c->rx->cons, memory_order_seq_cst);
-	if (sh->bell_seq != 0 && sh->bell_last_val > peer_cons)
+	if (sh->bell_seq != 0 && sh->bell_last_val > peer_cons &&
+	    !atomic_load_explicit(&c->rx->bell_each, memory_order_relaxed))
 		return;                 /* our last doorbell is still live */
 	if (peer_cons == sh->prod)
 		return;                 /* the reader already took everything */
@@ -395,18 +396,7 @@ uint32_t bell_hangup_flags(const struct conn *c, int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
 
-	/* a move shuts the doorbell socket down to wake everyone: that
-	 * hang-up is not the peer's end (move.c) */
 	if (move_flagged(c) || sys_poll(&p, 1, 0) != 1)
 		return 0;
-	/* a half-close ends only what we read; a hang-up ends both directions -
-	 * but a socket whose two ends both shut down writing hangs up too,
-	 * with the peer alive and maybe still reading what we sent (pool
-	 * buffers it has not released): not gone, unless it said it closed */
-	if ((p.revents & (POLLHUP | POLLERR)) &&
-	    ((atomic_load(&c->sh->flags) & SH_SHUT_WR) == 0 ||
-	     (atomic_load_explicit(&c->rx->flags, memory_order_acquire) &
-	      (RING_F_SHUTDOWN | RING_F_CLOSED | RING_F_ABORT)) != RING_F_SHUTDOWN))
-		return SH_PEER_GONE | SH_PEER_SHUT;
-	return (p.revents & (POLLRDHUP | POLLHUP)) ? SH_PEER_SHUT : 0;
+	return tcpend_hangup_flags(c, p.revents);
 }

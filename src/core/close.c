@@ -36,7 +36,7 @@ void close_publish(struct conn *c, int abort)
 	uint64_t prod;
 	uint32_t flags = RING_F_CLOSED;
 
-	if (abort || (atomic_load(&sh->flags) & SH_ABORT_AT_CLOSE))
+	if (abort || (atomic_load(&sh->flags) & (SH_ABORT_AT_CLOSE | SH_LINGER_ABORT)))
 		flags |= RING_F_ABORT;
 
 	shared_lock(&sh->rx_lock);

@@ -36,6 +36,7 @@
 #define SH_MOVED     64u    /* the stream goes on over the TCP socket (move.c) */
 #define SH_ABORT_AT_CLOSE 32u /* passed to a program that could not take it (passfd.c):
                                  the peer hears a reset when it ends, not an EOF */
+#define SH_LINGER_ABORT 128u  /* SO_LINGER {1, 0}: closing is an abort (a reset) */
 
 struct conn_shared {
 	pthread_mutex_t tx_lock;        /* robust, process-shared */
@@ -63,6 +64,7 @@ struct conn_shared {
 	_Atomic int rcvtimeo_ms;        /* SO_RCVTIMEO of the doorbell socket, +1
 	                                   (0: not looked up since it was last set) */
 	_Atomic uint32_t slot_state;    /* shared.c's bookkeeping */
+	_Atomic uint32_t reset;         /* reset, and the error still pending (tcpend.c) */
 };
 
 /* Which thread of which process holds a lock between two calls, and how much. */

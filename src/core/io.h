@@ -184,9 +184,9 @@ ssize_t tx_send_pending(struct conn *c, const struct iovec *iov, int iovcnt);
  * (-EALREADY: the first write went already).
  */
 ssize_t tx_send_prefix(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags);
-/* sendfile() into @c: bytes taken, 0 at the file's end, or -errno. */
+/* sendfile() into @c: bytes taken, 0 at the file's end, or -errno.  A
+ * short read of @in_fd (a pipe's contents) ends it, as splice ends. */
 ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t count);
-uint32_t tx_unacked(struct conn *c);
 /*
  * Put a reference to the @len bytes at offset @off of our pool into the
  * stream (one placeholder byte of the ring, ring.h), waiting for that byte's
@@ -225,6 +225,28 @@ uint32_t rx_available(struct conn *c);
  * (epoll_watch.c, pollwait.c); the read that follows checks everything properly.
  */
 /* The peer's producer cursor, a sealed one (move.c) as the cursor it seals. */
+/*
+ * The program waits for edges (EPOLLET) or signals (O_ASYNC) on @c: on TCP
+ * every arrival raises one, so the peer rings for every produce from now on,
+ * not only when its last doorbell was taken (bell.c).  Kept for the
+ * connection's life: it costs only readers that leave bytes unread.
+ */
+static inline void io_bell_each(struct conn *c)
+{
+	if (!atomic_load_explicit(&c->tx->bell_each, memory_order_relaxed))
+		atomic_store_explicit(&c->tx->bell_each, 1, memory_order_relaxed);
+}
+
+/* Writable as TCP says it (no lock: a readiness answer): room in our ring,
+ * or our side shut down (a write fails at once). */
+static inline int tx_has_room(const struct conn *c)
+{
+	uint64_t prod = atomic_load_explicit(&c->tx->prod, memory_order_relaxed);
+
+	return prod - atomic_load_explicit(&c->rx->cons, memory_order_relaxed) < c->tx_size ||
+	       (atomic_load_explicit(&c->sh->flags, memory_order_relaxed) & SH_SHUT_WR);
+}
+
 static inline uint64_t rx_prod_now(const struct conn *c)
 {
 	uint64_t p = atomic_load_explicit(&c->rx->prod, memory_order_seq_cst);
@@ -279,6 +301,29 @@ static inline int move_flagged(const struct conn *c)
 	       ((atomic_load_explicit(&c->rx->flags, memory_order_acquire) & RING_F_MOVED) &&
 	        !c->direct && c->tcp_fd >= 0);
 }
+
+/*
+ * tcpend.c: the end of @c as a TCP socket reports it.  tcpend_reset: is
+ * @c reset (latched from what the rings and the doorbell showed)?
+ * tcpend_take_error: the error a reset left pending, once (SO_ERROR, a read
+ * that found the ring empty), else 0.  tcpend_write_error: what a write
+ * fails with after a reset (the pending error, else EPIPE), 0 if not reset;
+ * tcpend_reported: a call failed with @err - if that was the pending error,
+ * it is taken (a write that sent something leaves it for the next call).
+ * tcpend_discard_write: the peer closed and this is the first write since:
+ * 1 - its bytes are dropped as TCP drops them, and the reset it draws
+ * leaves EPIPE pending.  tcpend_hangup_flags: the SH_PEER_* a doorbell
+ * socket's poll @revents say.  tcpend_poll_events: @revents the kernel
+ * gave for @c's doorbell socket, made what TCP would say for @events.
+ */
+int tcpend_reset(struct conn *c);
+int tcpend_take_error(struct conn *c);
+int tcpend_write_error(struct conn *c);
+void tcpend_reported(struct conn *c, int err);
+int tcpend_peer_closed(const struct conn *c);
+int tcpend_discard_write(struct conn *c);
+uint32_t tcpend_hangup_flags(const struct conn *c, short revents);
+short tcpend_poll_events(struct conn *c, short revents, short events);
 
 /* close.c */
 /* shutdown() on @c: 0 or -errno. */

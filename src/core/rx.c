@@ -15,6 +15,7 @@
 #include "sys.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
@@ -292,14 +293,15 @@ static void rx_took(struct conn *c, int fd, const struct rx_at *at, uint64_t pro
 
 /*
  * What the peer's flags mean for a reader that found the ring empty: 0 (wait
- * for more), 1 (end of stream), RX_END_MOVED (the rest comes over TCP), or
- * -errno.
+ * for more), 1 (end of stream), RX_END_MOVED (the rest comes over TCP) or
+ * RX_END_RESET (rx_end_read says what a read returns).
  */
 #define RX_END_MOVED 2
+#define RX_END_RESET 3
 static int rx_end_state(struct conn *c, uint32_t peer_flags)
 {
-	if (atomic_load(&c->sh->flags) & SH_BROKEN || peer_flags & RING_F_ABORT)
-		return -ECONNRESET;
+	if (tcpend_reset(c))
+		return RX_END_RESET;
 	if (peer_flags & (RING_F_SHUTDOWN | RING_F_CLOSED) || atomic_load(&c->sh->flags) & SH_SHUT_RD)
 		return 1;       /* end of stream */
 	/* a close or shutdown the peer published came before any move: the
@@ -310,6 +312,18 @@ static int rx_end_state(struct conn *c, uint32_t peer_flags)
 	if (atomic_load(&c->sh->flags) & SH_PEER_SHUT)
 		return 1;
 	return 0;
+}
+
+/* rx_end_state for a read: a reset's pending error once (tcpend.c), then
+ * the end of the stream; -errno, 0, 1 or RX_END_MOVED. */
+static int rx_end_read(struct conn *c, uint32_t peer_flags)
+{
+	int end = rx_end_state(c, peer_flags), err;
+
+	if (end != RX_END_RESET)
+		return end;
+	err = tcpend_take_error(c);
+	return err ? -err : 1;
 }
 
 /* How a reader that found the ring empty sleeps (or 'look again'). */
@@ -377,15 +391,39 @@ static int rx_spin(struct conn *c, size_t take, int futex, uint32_t *seq)
 }
 
 /*
- * Wait for a doorbell or a hang-up.  Returns 0 to look again, 1 at end of
- * stream, or -errno (EAGAIN for non-blocking or timeout, EINTR).
+ * Wait for a doorbell or a hang-up (until @deadline, if not 0).  Returns 0
+ * to look again, 1 at end of stream, or -errno (EAGAIN for non-blocking or
+ * timeout, EINTR).
  */
-static int rx_wait(struct conn *c, int fd, int dontwait, size_t take)
+/*
+ * The kernel's wait on the doorbell socket, a peek of one byte; with a
+ * @deadline (MSG_WAITALL under SO_RCVTIMEO, whose timeout bounds the whole
+ * call, not each of its waits) only until then, EAGAIN after it.
+ */
+static ssize_t rx_socket_peek(int fd, int dontwait, long long deadline)
+{
+	char b;
+
+	if (deadline && !dontwait) {
+		long long left = deadline - mono_now_ms();
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int r = left > 0 ? sys_poll(&p, 1, (int)left) : 0;
+
+		if (r <= 0) {
+			if (r == 0)
+				errno = EAGAIN;
+			return -1;
+		}
+		dontwait = 1;
+	}
+	return sys_recv(fd, &b, 1, MSG_PEEK | (dontwait ? MSG_DONTWAIT : 0));
+}
+
+static int rx_wait(struct conn *c, int fd, int dontwait, size_t take, long long deadline)
 {
 	struct conn_shared *sh = c->sh;
 	int kind = SLEEP_PEEK;
 	uint32_t seq = 0;
-	char b;
 	ssize_t n;
 
 	if (!dontwait && (kind = rx_spin(c, take, futex_ok(c, take), &seq)) == LOOK_AGAIN)
@@ -412,7 +450,7 @@ static int rx_wait(struct conn *c, int fd, int dontwait, size_t take)
 socket_wait:
 	/* the kernel's own wait: a signal handler with SA_RESTART restarts
 	 * it, exactly as it would a TCP read (design.md §8) */
-	n = sys_recv(fd, &b, 1, MSG_PEEK | (dontwait ? MSG_DONTWAIT : 0));
+	n = rx_socket_peek(fd, dontwait, deadline);
 	int err = errno;
 	if (!dontwait)
 		atomic_fetch_sub_explicit(&c->tx->sleepers, 1, memory_order_relaxed);
@@ -508,9 +546,34 @@ struct rx_call {
 	int iovcnt;
 	int peek, waitall, dontwait;
 	size_t total, got;
+	long long deadline;     /* SO_RCVTIMEO's end for a MSG_WAITALL call, or 0 */
 };
 
 #define RX_STOP (-1)    /* rx_recv_step: done, with what it got */
+
+static int rx_wait_more(struct conn *c, int fd, uint64_t have_prod);
+
+static int rx_past_deadline(const struct rx_call *k)
+{
+	return k->deadline && mono_now_ms() >= k->deadline;
+}
+
+/*
+ * MSG_PEEK|MSG_WAITALL found fewer bytes than it asked for: the kernel
+ * waits for all of them, then the peek copies from the front again.  An
+ * end, a timeout or a signal first: what it found is the answer.
+ */
+static int rx_peek_all(struct conn *c, int fd, struct rx_call *k, uint64_t prod)
+{
+	uint32_t pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
+
+	if (k->dontwait || interrupted || rx_end_state(c, pf) != 0 || rx_past_deadline(k))
+		return RX_STOP;
+	if (rx_wait_more(c, fd, prod) != 0)
+		return RX_STOP;
+	k->got = 0;
+	return 0;
+}
 
 /* Copy what the peer produced up to @prod; RX_STOP, 0 to go on, or an errno. */
 static int rx_recv_take(struct conn *c, int fd, struct rx_call *k, uint64_t prod)
@@ -526,7 +589,9 @@ static int rx_recv_take(struct conn *c, int fd, struct rx_call *k, uint64_t prod
 	k->got += (size_t)n;
 	if (!k->peek)
 		rx_took(c, fd, &at, prod, (size_t)n);
-	return k->got == k->total || !k->waitall ? RX_STOP : 0;
+	if (k->got == k->total || !k->waitall)
+		return RX_STOP;
+	return k->peek ? rx_peek_all(c, fd, k, prod) : 0;
 }
 
 /*
@@ -540,15 +605,15 @@ static int rx_recv_step(struct conn *c, int fd, struct rx_call *k, int *idle_loo
 	uint64_t prod;
 	int end;
 
-	if (atomic_load(&c->sh->flags) & SH_SHUT_RD)
-		return RX_STOP;
 	if (rx_peer_prod(c, &prod) < 0)
 		return ECONNRESET;
+	/* after shutdown(SHUT_RD) Linux still hands out what arrives; an empty
+	 * queue reads as the end (rx_end_state) */
 	if (prod != c->sh->cons) {
 		*idle_loops = 0;        /* bytes came: the doorbells matched */
 		return rx_recv_take(c, fd, k, prod);
 	}
-	end = rx_end_state(c, pf);
+	end = rx_end_read(c, pf);
 	if (end < 0)
 		return -end;
 	if (end == RX_END_MOVED) {
@@ -562,10 +627,12 @@ static int rx_recv_step(struct conn *c, int fd, struct rx_call *k, int *idle_loo
 	}
 	if (end || (k->got && !k->waitall))
 		return RX_STOP;
+	if (rx_past_deadline(k))
+		return k->got ? RX_STOP : EAGAIN;
 	if (rx_empty_before_wait(c, fd))
 		return 0;
 	end = interrupted && !k->dontwait ? -EINTR :
-	      rx_wait(c, fd, k->dontwait, k->peek ? 0 : k->total - k->got);
+	      rx_wait(c, fd, k->dontwait, k->peek ? 0 : k->total - k->got, k->deadline);
 	end = rx_after_idle_wait(c, fd, end, idle_loops);
 	return end < 0 ? -end : 0;
 }
@@ -574,13 +641,17 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 {
 	struct conn_shared *sh = c->sh;
 	struct rx_call k = { .iov = iov, .iovcnt = iovcnt, .peek = (flags & MSG_PEEK) != 0 };
-	int err, idle_loops = 0;
+	int err, idle_loops = 0, timeo;
 
-	k.waitall = (flags & MSG_WAITALL) && !k.peek;
+	k.waitall = (flags & MSG_WAITALL) != 0;
 	k.dontwait = (flags & MSG_DONTWAIT) ||
 	             atomic_load_explicit(&sh->nonblock, memory_order_relaxed);
+	if (k.waitall && !k.dontwait && (timeo = io_rcvtimeo_ms(c, fd)) > 0)
+		k.deadline = mono_now_ms() + timeo;
 	if (flags & MSG_OOB)
 		return -EINVAL;
+	if (flags & MSG_ERRQUEUE)
+		return -EAGAIN;         /* no timestamps, no zero-copy reports: empty */
 	if (io_hold_mine(&c->rx_hold))
 		return -EDEADLK;        /* a peek of this thread is not consumed */
 	for (int i = 0; i < iovcnt; i++)
@@ -711,7 +782,7 @@ static int rx_peek_wait(struct conn *c, int fd, uint64_t prod, uint64_t have, si
 	/* as a read of @min bytes waits: the consume that follows takes them
 	 * (bytes it leaves have no doorbell; every later wait looks at the
 	 * ring, as after such a read) */
-	*r = rx_wait(c, fd, 0, min);
+	*r = rx_wait(c, fd, 0, min, 0);
 	return 0;
 }
 
@@ -738,10 +809,6 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 		struct rx_run run;
 		int end, edge;
 
-		if (atomic_load(&sh->flags) & SH_SHUT_RD) {
-			r = 0;
-			break;
-		}
 		rx_at_load(sh, &at);
 		if (rx_peer_prod(c, &prod) < 0 || rx_run_at(c, &at, prod, &run, 1) < 0) {
 			r = -ECONNRESET;
@@ -751,7 +818,7 @@ long rx_peek(struct conn *c, int fd, size_t min, struct iovec iov[2], int dontwa
 		/* a run that ends at a reference's edge grows no more: it is all
 		 * there is in one place */
 		edge = have && (run.pool || at.cons + have != prod);
-		end = have < min && !edge ? rx_end_state(c, pf) : 0;
+		end = have < min && !edge ? rx_end_read(c, pf) : 0;
 		if (have >= min || edge || (end > 0 && have))
 			return rx_peek_hand_out(c, &run, have, iov);
 		if (end) {

@@ -37,9 +37,10 @@ static int tx_error(struct conn *c)
 {
 	uint32_t f = atomic_load(&c->sh->flags);
 	uint32_t pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
+	int err = tcpend_write_error(c);
 
-	if (f & SH_BROKEN || pf & RING_F_ABORT)
-		return ECONNRESET;
+	if (err)
+		return err;
 	if (f & SH_SHUT_WR || pf & RING_F_CLOSED)
 		return EPIPE;
 	/* after a move the doorbell socket's hang-up is the move's (move.c) */
@@ -99,6 +100,13 @@ static long tx_space(struct conn *c, int fd, uint32_t want, int dontwait)
 			return -EXDEV;  /* woken by a move (move.c): the rest goes over TCP */
 		if (r == -EAGAIN)
 			return 0;
+		if (r == -EPIPE) {
+			/* the peer hung up: how (a reset if it died with our bytes
+			 * unread) is tx_error's to say */
+			atomic_fetch_or(&sh->flags, SH_PEER_GONE | SH_PEER_SHUT);
+			if ((err = tx_error(c)))
+				return -err;
+		}
 		if (r < 0)
 			return r;
 		filled = 0;
@@ -188,12 +196,13 @@ static uint32_t tx_publish(struct conn *c, int fd, uint32_t n)
 	                     atomic_load_explicit(&c->sh->nonblock, memory_order_relaxed));
 }
 
-static ssize_t tx_finish(ssize_t done, long err, int flags)
+static ssize_t tx_finish(struct conn *c, ssize_t done, long err, int flags)
 {
 	if (done > 0)
-		return done;
+		return done;    /* an error a reset left stays for the next call */
 	if (err == 0)
 		return -EAGAIN;
+	tcpend_reported(c, (int)-err);
 	if (err == -EPIPE && !(flags & MSG_NOSIGNAL))
 		raise(SIGPIPE);
 	return err;
@@ -259,11 +268,13 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 	if (total == 0) {
 		/* a zero-length send still reports a broken or closed connection */
 		int err = tx_error(c);
-		return err ? tx_finish(0, -err, flags) : 0;
+		return err ? tx_finish(c, 0, -err, flags) : 0;
 	}
+	if (tcpend_discard_write(c))
+		return (ssize_t)total;  /* TCP takes it, and the peer's reset follows */
 	if (io_lock(&sh->tx_lock, &c->tx_hold,
 	            dontwait || atomic_load_explicit(&sh->nonblock, memory_order_relaxed)) < 0)
-		return tx_finish(0, 0, flags);  /* another thread's claim: EAGAIN */
+		return tx_finish(c, 0, 0, flags);  /* another thread's claim: EAGAIN */
 	while (done < total && (space = tx_space(c, fd, 1, dontwait)) > 0) {
 		uint32_t chunk = 0;
 
@@ -289,7 +300,7 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 		}
 	}
 	shared_unlock(&sh->tx_lock);
-	return tx_finish((ssize_t)done, space, flags);
+	return tx_finish(c, (ssize_t)done, space, flags);
 }
 
 ssize_t tx_send_prefix(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int flags)
@@ -356,6 +367,8 @@ ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t cou
 
 	if (io_hold_mine(&c->tx_hold))
 		return -EDEADLK;
+	if (count == 0)
+		return 0;
 	shared_lock(&sh->tx_lock);
 	while (done < count && (space = tx_space(c, fd, 1, 0)) > 0) {
 		size_t want = count - done < (size_t)space ? count - done : (size_t)space;
@@ -371,13 +384,15 @@ ssize_t tx_sendfile(struct conn *c, int fd, int in_fd, off_t *offset, size_t cou
 		pos += n;
 		tx_publish(c, fd, (uint32_t)n);
 		done += (size_t)n;
+		if ((size_t)n < run)
+			break;  /* a file's end, or all a pipe had: another read might wait */
 	}
 	shared_unlock(&sh->tx_lock);
 	if (offset)
 		*offset = pos;
 	if (done == 0 && space > 0)
 		return 0;           /* end of file */
-	return tx_finish((ssize_t)done, space, MSG_NOSIGNAL);
+	return tx_finish(c, (ssize_t)done, space, MSG_NOSIGNAL);
 }
 
 long long tx_send_ref(struct conn *c, int fd, uint32_t off, uint32_t len, int dontwait)
@@ -419,9 +434,4 @@ long long tx_send_ref(struct conn *c, int fd, uint32_t off, uint32_t len, int do
 	tx_published(c, fd, 1, len);
 	shared_unlock(&sh->tx_lock);
 	return (long long)end;
-}
-
-uint32_t tx_unacked(struct conn *c)
-{
-	return (uint32_t)(c->sh->prod - atomic_load(&c->rx->cons));
 }

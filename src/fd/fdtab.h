@@ -28,6 +28,8 @@
 #define FDF_NO_DIRECT 2048u /* a listener that never will (hs_listener_no_direct) */
 #define FDF_TIMEOUTS 4096u  /* SO_RCVTIMEO/SO_SNDTIMEO may be set: ask the kernel (sockopt.c) */
 #define FDF_PREFIX  16384u  /* pending, its first bytes to go over TCP (hs_send_prefix) */
+#define FDF_CONNECTING 32768u /* a non-blocking connect() said EINPROGRESS: the next
+                                 one says 0, as the kernel's does, later ones EISCONN */
 #define FDF_EPOLL_LOST 8192u /* an epoll registration made before connect() the shim could
                                 not record: it could not follow the switch (R_EPOLL_EARLY) */
 

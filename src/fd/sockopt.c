@@ -33,12 +33,16 @@
 #define SOL_TLS 282
 #endif
 
+/* An int option's answer, as the kernel gives it: cut to a shorter buffer. */
 static int put_int(void *val, socklen_t *len, int v)
 {
-	if (!val || !len || *len < sizeof(int))
+	if (!len || (int)*len < 0)
 		return -EINVAL;
-	memcpy(val, &v, sizeof(int));
-	*len = sizeof(int);
+	if (*len > sizeof(int))
+		*len = sizeof(int);
+	if (*len && !val)
+		return -EFAULT;
+	memcpy(val, &v, *len);
 	return 0;
 }
 
@@ -61,15 +65,57 @@ static int option_socket(struct conn *c)
 	return fd;
 }
 
+/*
+ * TCP_INFO comes from the hidden TCP socket, which carries none of the
+ * connection's bytes and none of its ends: the state and the byte counters
+ * are the rings' (struct tcp_info of linux/tcp.h: the state is its first
+ * byte, bytes_acked and bytes_received the two u64 at 120 and 128).
+ */
+#define TCPI_BYTES_ACKED 120
+#define TCPI_BYTES_RECEIVED 128
+
+static uint8_t sockopt_tcp_state(struct conn *c)
+{
+	uint32_t f = atomic_load(&c->sh->flags);
+	uint32_t pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
+	int fin_in = (pf & (RING_F_SHUTDOWN | RING_F_CLOSED)) || (f & SH_PEER_SHUT);
+
+	if (tcpend_reset(c) || (fin_in && (f & SH_SHUT_WR)))
+		return TCP_CLOSE;
+	if (f & SH_SHUT_WR)
+		return TCP_FIN_WAIT1;   /* as loopback TCP reads: its FIN's ACK is delayed */
+	return fin_in ? TCP_CLOSE_WAIT : TCP_ESTABLISHED;
+}
+
+/* The hidden socket's struct tcp_info, the rings' state and counts in it. */
+static int sockopt_tcp_info(struct conn *c, void *val, socklen_t *len)
+{
+	uint64_t at[(TCPI_BYTES_RECEIVED + 8 + 255) / 8] = { 0 };     /* room to spare */
+	socklen_t l = *len < sizeof(at) ? *len : (socklen_t)sizeof(at);
+
+	if (!val || (int)*len < 0)
+		return -EINVAL;
+	if (sys_getsockopt(option_socket(c), IPPROTO_TCP, TCP_INFO, at, &l) < 0)
+		return -errno;
+	*(uint8_t *)at = sockopt_tcp_state(c);
+	if (l >= TCPI_BYTES_RECEIVED + 8) {
+		at[TCPI_BYTES_ACKED / 8] += atomic_load(&c->rx->cons);        /* the peer took them */
+		at[TCPI_BYTES_RECEIVED / 8] += atomic_load(&c->rx->prod) & ~RING_PROD_MOVED;
+	}
+	memcpy(val, at, l);
+	*len = l;
+	return 0;
+}
+
 int sockopt_get(struct conn *c, int fd, int level, int opt, void *val, socklen_t *len)
 {
 	if (level == SOL_SOCKET) {
 		switch (opt) {
 		case SO_ERROR: {
 			/* the hidden socket's own errors (a reset when the peer
-			 * closed its copy) say nothing about this connection */
-			uint32_t f = atomic_load(&c->sh->flags);
-			return put_int(val, len, (f & SH_BROKEN) ? ECONNRESET : 0);
+			 * closed its copy) say nothing about this connection:
+			 * the error a reset of the rings left pending does */
+			return put_int(val, len, tcpend_take_error(c));
 		}
 		case SO_DOMAIN:
 			return put_int(val, len, c->domain);
@@ -78,6 +124,8 @@ int sockopt_get(struct conn *c, int fd, int level, int opt, void *val, socklen_t
 			return (int)sys_result(sys_getsockopt(fd, level, opt, val, len));
 		}
 	}
+	if (level == IPPROTO_TCP && opt == TCP_INFO && len)
+		return sockopt_tcp_info(c, val, len);
 	return (int)sys_result(sys_getsockopt(option_socket(c), level, opt, val, len));
 }
 
@@ -98,6 +146,19 @@ static int sockopt_refused(int level, int opt)
 	return 0;
 }
 
+/* SO_LINGER {1, 0} makes the last close an abort, which the peer hears as a
+ * reset (core/close.c); the kernel took the option, so @val is a linger. */
+static void sockopt_linger_set(struct conn *c, const void *val)
+{
+	struct linger l;
+
+	memcpy(&l, val, sizeof(l));
+	if (l.l_onoff && l.l_linger == 0)
+		atomic_fetch_or(&c->sh->flags, SH_LINGER_ABORT);
+	else
+		atomic_fetch_and(&c->sh->flags, ~SH_LINGER_ABORT);
+}
+
 int sockopt_set(struct conn *c, int fd, int level, int opt, const void *val, socklen_t len)
 {
 	int rc = sockopt_refused(level, opt);
@@ -113,6 +174,8 @@ int sockopt_set(struct conn *c, int fd, int level, int opt, const void *val, soc
 		rc = (int)sys_result(sys_setsockopt(fd, level, opt, val, len));
 	if (rc == 0 && level == SOL_SOCKET && opt == SO_RCVTIMEO)
 		atomic_store(&c->sh->rcvtimeo_ms, 0);
+	if (rc == 0 && level == SOL_SOCKET && opt == SO_LINGER)
+		sockopt_linger_set(c, val);
 	return rc;
 }
 
@@ -160,14 +223,25 @@ int sockopt_ioctl(struct conn *c, unsigned long req, void *arg, int *handled)
 		*(int *)arg = n > INT_MAX ? INT_MAX : (int)n;
 		return 0;
 	}
-	case SIOCOUTQ:
-		*(int *)arg = (int)tx_unacked(c);
-		return 0;
 	case SIOCATMARK:
 		/* urgent data moves a connection to TCP (core/move.c): a ring
 		 * holds none, and its bytes come before any mark */
 		*(int *)arg = 0;
 		return 0;
+	}
+	/*
+	 * SIOCOUTQ counts bytes the peer has not acknowledged: a ring's bytes
+	 * are all with the peer, as a loopback socket's are once queued at the
+	 * receiver, so the TCP socket's 0 is the answer - as for SIOCOUTQNSD and
+	 * the socket layer's requests after SIOCATMARK (0x89xx: SIOCGSTAMP...),
+	 * which a doorbell socket would answer as AF_UNIX does.  The owner
+	 * requests before it (FIOSETOWN...) are the descriptor's: its signals
+	 * come from the doorbell socket.
+	 */
+	if (req == SIOCOUTQ || ((req & 0xff00) == 0x8900 && req > SIOCATMARK)) {
+		int s = option_socket(c);
+
+		return s < 0 ? -errno : (int)sys_result(sys_ioctl(s, req, arg));
 	}
 	*handled = 0;
 	return 0;

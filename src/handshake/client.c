@@ -240,6 +240,7 @@ static void client_install(struct client *cl, int s, struct shm_parts *p)
 	int tcp;
 
 	p->rcvtimeo_ms = sockopt_copy_timeouts(cl->fd, s);
+	install_carry_signals(cl->fd, s, 1);    /* connect() waited here: O_ASYNC came before */
 	tcp = io_keep_copy(cl->fd, 0);
 	io_swap_begin(cl->fd);          /* epoll sets that hold it follow the switch */
 	sys_dup3(s, cl->fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
@@ -402,6 +403,8 @@ static void pending_take(int fd, struct conn *c)
 
 	c->sh->rcvtimeo_ms = sockopt_copy_timeouts(fd, c->bell_fd) + 1;
 	c->tcp_fd = io_keep_copy(fd, 0);
+	if (install_carry_signals(fd, c->bell_fd, 1))
+		io_bell_each(c);
 	io_swap_begin(fd);
 	sys_dup3(c->bell_fd, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 	fd_forget_ours(c->bell_fd);
@@ -699,8 +702,10 @@ static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t 
 
 /*
  * A direct connection has an address of its own, as TCP's would: the
- * socket is bound to the destination's address (a local one) and an
- * ephemeral port, unless the application bound it.
+ * socket is bound to the address the kernel's route would pick and an
+ * ephemeral port, unless the application bound it.  A local destination
+ * is its own source, except in 127.0.0.0/8, whose route says "src
+ * 127.0.0.1" (127.0.0.2 is reached from 127.0.0.1).
  */
 static int direct_bind(struct client *cl)
 {
@@ -713,6 +718,8 @@ static int direct_bind(struct client *cl)
 	if (cl->src.port)
 		return 0;
 	here.port = 0;
+	if (ep_is_v4(&here) && here.ip[12] == 127)
+		memcpy(&here.ip[12], (const uint8_t[]){ 127, 0, 0, 1 }, 4);
 	l = ep_to_sockaddr(&here, (fd_flags(cl->fd) & FDF_INET6) ? AF_INET6 : AF_INET, &ss);
 	if (sys_bind(cl->fd, &ss, l) < 0 || ep_of_socket(cl->fd, 0, &cl->src) < 0)
 		return -1;

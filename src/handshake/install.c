@@ -7,7 +7,9 @@
 
 #include "io.h"
 #include "region.h"
+#include "sys.h"
 
+#include <fcntl.h>
 #include <string.h>
 
 /* @c named @l -> @r, with a row in this process's table (`smclo stat`) under @slot_fd. */
@@ -92,6 +94,25 @@ struct conn *install_new_shm(int slot_fd, int role, struct shm_parts *p,
  * socket made on demand, as for a direct connection) and the region
  * descriptor it keeps (no reuse, no exec handover for it).
  */
+int install_carry_signals(int from, int to, int hide)
+{
+	struct f_owner_ex own;
+	int fl = sys_fcntl(from, F_GETFL, 0), sig = sys_fcntl(from, F_GETSIG, 0);
+
+	if (sys_fcntl(from, F_GETOWN_EX, (long)&own) == 0 && own.pid)
+		sys_fcntl(to, F_SETOWN_EX, (long)&own);
+	if (sig > 0)
+		sys_fcntl(to, F_SETSIG, sig);
+	if (fl < 0 || !(fl & O_ASYNC))
+		return 0;
+	if (hide)
+		sys_fcntl(from, F_SETFL, fl & ~O_ASYNC);
+	fl = sys_fcntl(to, F_GETFL, 0);
+	if (fl >= 0)
+		sys_fcntl(to, F_SETFL, fl | O_ASYNC);
+	return 1;
+}
+
 void install_go_lean(struct conn *c)
 {
 	if (!fd_budget_is_small())

@@ -47,13 +47,8 @@ static void moved_swap(int fd, struct conn *c, void *arg)
 	if (fl >= 0)
 		sys_fcntl(c->tcp_fd, F_SETFL, atomic_load(&c->sh->nonblock) ? fl | O_NONBLOCK
 		                                                             : fl & ~O_NONBLOCK);
-	{
-		/* who gets SIGURG and SIGIO: the program set it on the doorbell */
-		struct f_owner_ex own;
-
-		if (sys_fcntl(fd, F_GETOWN_EX, (long)&own) == 0 && own.pid)
-			sys_fcntl(c->tcp_fd, F_SETOWN_EX, (long)&own);
-	}
+	/* who gets SIGURG and SIGIO: the program set it on the doorbell */
+	install_carry_signals(fd, c->tcp_fd, 0);
 	io_swap_begin(fd);
 	sys_dup3(c->tcp_fd, fd, fdfl > 0 && (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 	io_swap_end(fd);

@@ -78,6 +78,9 @@ struct ring_hdr {
 	                                       (closed under a small descriptor budget):
 	                                       it cannot follow a move (core/move.c).  Not
 	                                       a flag: spinners wake at any flag */
+	_Atomic uint32_t bell_each;         /* 1: the owner wants a doorbell for every
+	                                       produce, as TCP raises an edge-triggered
+	                                       epoll event (or SIGIO) at every arrival */
 	/* doorbells the owner sent (value = owner's prod when it rang) */
 	_Alignas(64) _Atomic uint64_t bell_seq;
 	_Atomic uint64_t bells_drained;     /* doorbells the owner consumed */

@@ -94,6 +94,18 @@ static int fcntl_common(int fd, int cmd, void *arg,
 		struct conn *c = shim_conn(fd);
 		if (c) {
 			atomic_store(&c->sh->nonblock, ((long)arg & O_NONBLOCK) != 0);
+			if ((long)arg & O_ASYNC)
+				io_bell_each(c);
+			conn_put(c);
+		}
+	}
+	if ((cmd == F_SETOWN || cmd == F_SETOWN_EX) && rc == 0 && fd_has_conn(fd)) {
+		struct conn *c = shim_conn(fd);
+		/* urgent data comes on the TCP socket after a move (core/move.c),
+		 * before this process follows: its SIGURG goes to the same owner */
+		if (c) {
+			if (c->tcp_fd >= 0)
+				real(c->tcp_fd, cmd, arg);
 			conn_put(c);
 		}
 	}

@@ -259,6 +259,8 @@ static void entry_add(struct watch_set *s, int fd, const struct epoll_event *ev,
 	e->data = ev->data;
 	e->c = c;
 	c->watch_regs++;
+	if (ev->events & EPOLLET)
+		io_bell_each(c);
 	set_owed(s, e, rx_has_unread(c));  /* ADD reports what is there already */
 	fd_add_flags(fd, FDF_WATCHED);
 	if (s->awake)
@@ -372,6 +374,8 @@ static void entry_modify(struct watch_set *s, struct watch_entry *e, const struc
 	e->events = ev->events;
 	e->data = ev->data;
 	e->seen_prod = 0;               /* MOD re-arms: report what is there */
+	if (ev->events & EPOLLET)
+		io_bell_each(e->c);
 	if (e->watching && !watchable(s, e))
 		entry_unwatch(s, e);
 	if (!e->watching)
@@ -631,6 +635,9 @@ static uint32_t kernel_event(struct watch_set *s, epoll_data_t data, uint32_t ev
 	 * before this process followed it: the next wait follows first */
 	if (e && !atomic_load(&e->c->moved_here) && move_flagged(e->c))
 		return 0;
+	if (e && e->c->mode == MODE_SHM)
+		events = (uint16_t)tcpend_poll_events(e->c, (short)events, (short)e->events) |
+		         (events & ~0xffffu);
 	if (!(events & EPOLLIN) || !e || e->c->watch_regs != 1)
 		return events;
 	if (!rx_has_unread(e->c) && !(events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) &&
@@ -677,6 +684,20 @@ static void disarm(struct watch_set *s, struct watch_entry *e)
 	sys_epoll_ctl(s->epfd, EPOLL_CTL_MOD, e->fd, &off);
 }
 
+/*
+ * What an entry whose ring has bytes reports: the kernel would give the
+ * whole mask it asked for at once - with EPOLLOUT while there is room, which
+ * a one-shot registration disarmed here would never report otherwise.
+ */
+static uint32_t ring_events(const struct watch_entry *e)
+{
+	uint32_t ev = EPOLLIN | (e->events & EPOLLRDNORM);
+
+	if ((e->events & EPOLLOUT) && tx_has_room(e->c))
+		ev |= EPOLLOUT | (e->events & EPOLLWRNORM);
+	return ev;
+}
+
 /* Report watched and owed descriptors with unread bytes, after the @n events in @ev. */
 static int report_ready(struct watch_set *s, struct epoll_event *ev, int n, int max)
 {
@@ -696,7 +717,7 @@ static int report_ready(struct watch_set *s, struct epoll_event *ev, int n, int 
 		}
 		if (!(e->events & EPOLLIN) || ((e->events & EPOLLET) && prod == e->seen_prod))
 			continue;       /* not asked for now, or no new edge */
-		put_event(ev, &n, max, e->data, EPOLLIN | (e->events & EPOLLRDNORM));
+		put_event(ev, &n, max, e->data, ring_events(e));
 		e->seen_prod = prod;
 		if (e->events & EPOLLONESHOT)
 			disarm(s, e);

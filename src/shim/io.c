@@ -12,10 +12,54 @@
 
 /* ---- receiving ---------------------------------------------------------- */
 
-/* -errno, or SHIM_MOVED: the program's own call reads the TCP socket. */
+/* What a read of @iov asks for: its size, for the decision (shim_conn_reading). */
+static size_t iov_size(const struct iovec *iov, int n)
+{
+	size_t t = 0;
+
+	for (int i = 0; i < n; i++)
+		t += iov[i].iov_len;
+	return t;
+}
+
+/*
+ * More vectors than the kernel takes (IOV_MAX): the program's own call on
+ * the descriptor fails as the kernel fails it (EINVAL for readv and writev,
+ * EMSGSIZE for the message calls), and nothing moves.
+ */
+static int iov_count_refused(int n)
+{
+	return n < 0 || n > IOV_MAX;
+}
+
+/* MSG_TRUNC on TCP drops the bytes without copying them anywhere: taken
+ * into scratch space, at most its size per call (a short read). */
+static ssize_t recv_discard(struct conn *c, int fd, const struct iovec *iov, int n, int flags)
+{
+	char scratch[8192];
+	size_t want = iov_size(iov, n);
+	struct iovec s = { scratch, want < sizeof(scratch) ? want : sizeof(scratch) };
+
+	return rx_recv(c, fd, &s, 1, flags & ~MSG_TRUNC);
+}
+
+/*
+ * -errno, or SHIM_MOVED: the program's own call reads the TCP socket (or,
+ * for a vector count the kernel refuses, fails there).
+ */
 static ssize_t recv_iov(struct conn *c, int fd, const struct iovec *iov, int n, int flags)
 {
 	ssize_t r;
+
+	if (iov_count_refused(n)) {
+		conn_put(c);
+		return SHIM_MOVED;
+	}
+	if ((flags & (MSG_TRUNC | MSG_PEEK)) == MSG_TRUNC) {
+		r = recv_discard(c, fd, iov, n, flags);
+		conn_put(c);
+		return r;
+	}
 
 	/* urgent data is TCP's: a peer that sent some moved the connection */
 	if ((flags & MSG_OOB) && move_seen(c)) {
@@ -61,16 +105,6 @@ EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 	if (c)
 		conn_put(c);
 	return real___read_chk(fd, buf, n, buflen);
-}
-
-/* What a read of @iov asks for: its size, for the decision (shim_conn_reading). */
-static size_t iov_size(const struct iovec *iov, int n)
-{
-	size_t t = 0;
-
-	for (int i = 0; i < n; i++)
-		t += iov[i].iov_len;
-	return t;
 }
 
 EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
@@ -170,8 +204,14 @@ EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
  */
 static ssize_t send_iov(struct conn *c, int fd, const struct iovec *iov, int n, int flags)
 {
-	ssize_t r = (flags & MSG_OOB) && hs_move_now(c, fd, R_URGENT) == 0 ? SHIM_MOVED :
-	            tx_send(c, fd, iov, n, flags);
+	ssize_t r;
+
+	if (iov_count_refused(n)) {
+		conn_put(c);
+		return SHIM_MOVED;      /* the kernel's own refusal (recv_iov) */
+	}
+	r = (flags & MSG_OOB) && hs_move_now(c, fd, R_URGENT) == 0 ? SHIM_MOVED :
+	    tx_send(c, fd, iov, n, flags);
 
 	if (r == SHIM_MOVED)
 		hs_moved_follow(c);
@@ -323,8 +363,11 @@ static ssize_t splice_out_of(struct conn *c, int fd, int out, size_t len, unsign
 {
 	char buf[65536];
 	struct iovec iov = { buf, len < sizeof(buf) ? len : sizeof(buf) };
-	int dontwait = (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0;
-	ssize_t got = rx_recv(c, fd, &iov, 1, MSG_PEEK | dontwait), put;
+	/* SPLICE_F_NONBLOCK is about the pipe: the socket waits as its own
+	 * O_NONBLOCK says, as tcp_splice_read does */
+	ssize_t got = rx_recv(c, fd, &iov, 1, MSG_PEEK), put;
+
+	(void)flags;
 
 	if (got <= 0)
 		return got;

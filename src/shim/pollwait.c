@@ -111,6 +111,16 @@ static void correct_moved(struct pollfd *f, struct conn *c, int *r)
 	*r += (f->revents != 0) - (was != 0);
 }
 
+/* The end of the stream as TCP reports it, not as the doorbell socket does
+ * (core/tcpend.c): a closed peer is no hang-up, a reset is an error. */
+static void correct_end(struct pollfd *f, struct conn *c, int *r)
+{
+	short was = f->revents;
+
+	f->revents = tcpend_poll_events(c, was, f->events);
+	*r += (f->revents != 0) - (was != 0);
+}
+
 static int correct(struct pollfd *fds, const struct polled *p, int k, int r)
 {
 	for (int j = 0; j < k; j++) {
@@ -119,6 +129,8 @@ static int correct(struct pollfd *fds, const struct polled *p, int k, int r)
 
 		if (p[j].c && !atomic_load(&p[j].c->moved_here) && move_seen(p[j].c))
 			correct_moved(f, p[j].c, &r);
+		else if (p[j].c)
+			correct_end(f, p[j].c, &r);
 		unread = p[j].c ? rx_ring_readable(p[j].c) : epoll_watch_epfd_polled(f->fd);
 
 		if (unread) {

@@ -59,6 +59,18 @@ static int is_tcp_socket(int fd)
 	return type == SOCK_STREAM && proto == IPPROTO_TCP;
 }
 
+/* A non-blocking connect() of TCP never completes within the call, even on
+ * loopback: an accelerated one made at once says EINPROGRESS as well. */
+static int connect_answer(int fd, int rc)
+{
+	if (rc == 0 && fd_has_conn(fd) && (sys_fcntl(fd, F_GETFL, 0) & O_NONBLOCK)) {
+		fd_add_flags(fd, FDF_CONNECTING);
+		errno = EINPROGRESS;
+		return -1;
+	}
+	return rc;
+}
+
 EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	REAL(connect);
@@ -72,12 +84,16 @@ EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 		return real_connect(fd, sa, len);
 	}
 	if (fd_has_conn(fd)) {
+		if (fd_flags(fd) & FDF_CONNECTING) {
+			fd_clear_flags(fd, FDF_CONNECTING);
+			return 0;
+		}
 		errno = EISCONN;
 		return -1;
 	}
 	if (!is_tcp_socket(fd))
 		return real_connect(fd, sa, len);
-	return hs_connect(fd, sa, len);
+	return connect_answer(fd, hs_connect(fd, sa, len));
 }
 
 /* A listener taking connections without TCP (direct.c): one of those, or
@@ -152,6 +168,10 @@ EXPORT int listen(int fd, int backlog)
 	               is_tcp_socket(fd);
 	int rc;
 
+	if (fd_has_conn(fd)) {
+		errno = EINVAL;         /* a connected TCP socket cannot listen */
+		return -1;
+	}
 	/* announce a bound listener before it can accept, so an early client finds it */
 	if (announce && hs_listen_bound(fd) == 0)
 		announce = 0;

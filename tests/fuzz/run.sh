@@ -41,8 +41,8 @@ core="src/proto/ring.c src/proto/clc.c src/proto/reason.c src/proto/config.c
 # the rest each harness needs
 extra_sources() {
 	case $1 in
-	fuzz_ring)   echo "src/core/rx.c src/core/tx.c src/core/move.c src/core/bell.c src/core/io.c src/core/peerpool.c" ;;
-	fuzz_region) echo "src/core/region.c src/core/conn.c src/core/shared.c src/core/peerpool.c src/core/bell.c src/core/io.c src/core/close.c src/core/rx.c src/core/tx.c src/core/move.c src/core/peerid.c src/base/spin.c src/base/cpus.c" ;;
+	fuzz_ring)   echo "src/core/rx.c src/core/tx.c src/core/move.c src/core/tcpend.c src/core/bell.c src/core/io.c src/core/peerpool.c" ;;
+	fuzz_region) echo "src/core/region.c src/core/conn.c src/core/shared.c src/core/peerpool.c src/core/bell.c src/core/io.c src/core/close.c src/core/rx.c src/core/tx.c src/core/move.c src/core/tcpend.c src/core/peerid.c src/base/spin.c src/base/cpus.c" ;;
 	esac
 }
 

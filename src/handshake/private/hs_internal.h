@@ -74,6 +74,15 @@ void install_parts_free(struct shm_parts *p);
 /* A shared-memory connection made of @p (which it takes), not yet bound. */
 struct conn *install_new_shm(int slot_fd, int role, struct shm_parts *p, const struct ep *l,
                           const struct ep *r, int domain, int nonblock);
+/*
+ * The file's signal settings a program made on socket @from - who gets
+ * SIGIO and SIGURG (F_SETOWN_EX), which signal (F_SETSIG), O_ASYNC - made
+ * on @to, which is about to take @from's number (a handshake's switch, a
+ * move to TCP).  @hide: @from goes on hidden beneath the connection, where
+ * its own O_ASYNC would raise signals for a socket the program no longer
+ * sees: cleared there.  Returns 1 if O_ASYNC was set.
+ */
+int install_carry_signals(int from, int to, int hide);
 /* Under a small descriptor budget: drop what a connection can do without. */
 void install_go_lean(struct conn *c);
 /* A shared-memory connection made of @p, bound to @app_fd. */
