@@ -119,6 +119,14 @@ static int reader_watching(struct conn *c, uint64_t unread)
 	       atomic_load_explicit(&r->sleepers, memory_order_seq_cst) == 0;
 }
 
+/*
+ * A reader that wants an edge for every produce (bell_each) gets a doorbell
+ * for each while at most this many are queued: more would make our doorbell
+ * socket unwritable (SIDE_SNDBUF), which reads as a full ring to a program
+ * waiting for POLLOUT.  It takes them as it reads (rx.c: after_consume).
+ */
+#define BELL_EACH_MAX 3
+
 static uint64_t bells_outstanding(struct conn *c)
 {
 	return c->sh->bell_seq - atomic_load_explicit(&c->rx->bells_drained, memory_order_relaxed);
@@ -138,7 +146,8 @@ void bell_after_produce(struct conn *c, int fd)
 	/* pairs with the reader's publish-cons-then-load-prod (Dekker) */
 	peer_cons = atomic_load_explicit(&c->rx->cons, memory_order_seq_cst);
 	if (sh->bell_seq != 0 && sh->bell_last_val > peer_cons &&
-	    !atomic_load_explicit(&c->rx->bell_each, memory_order_relaxed))
+	    (!atomic_load_explicit(&c->rx->bell_each, memory_order_relaxed) ||
+	     bells_outstanding(c) >= BELL_EACH_MAX))
 		return;                 /* our last doorbell is still live */
 	if (peer_cons == sh->prod)
 		return;                 /* the reader already took everything */

@@ -318,6 +318,9 @@ static inline int move_flagged(const struct conn *c)
  */
 int tcpend_reset(struct conn *c);
 int tcpend_take_error(struct conn *c);
+/* What a read of a reset @c that found its ring empty fails with (taken),
+ * or 0: it reads the end. */
+int tcpend_read_error(struct conn *c);
 int tcpend_write_error(struct conn *c);
 void tcpend_reported(struct conn *c, int err);
 int tcpend_peer_closed(const struct conn *c);

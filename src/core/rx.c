@@ -96,6 +96,12 @@ static void after_consume(struct conn *c, int fd, uint64_t prod, int refs_done)
 		publish_cons(c);
 		bell_drain(c, fd, 1);           /* wake the writer, stay readable */
 		sh->cons_woke = sh->cons;
+	} else if (atomic_load_explicit(&c->tx->bell_each, memory_order_relaxed) &&
+	           atomic_load_explicit(&c->rx->bell_seq, memory_order_relaxed) - sh->bells_drained > 1) {
+		/* a doorbell for every produce (edges, O_ASYNC: bell.c) fills the
+		 * writer's doorbell socket unless we take them as we read */
+		publish_cons(c);
+		bell_drain(c, fd, 1);
 	} else if (sh->cons - sh->cons_pub >= c->rx_size / 10) {
 		publish_cons(c);                /* the kernel's 10% rule */
 	}
@@ -322,7 +328,7 @@ static int rx_end_read(struct conn *c, uint32_t peer_flags)
 
 	if (end != RX_END_RESET)
 		return end;
-	err = tcpend_take_error(c);
+	err = tcpend_read_error(c);
 	return err ? -err : 1;
 }
 

@@ -73,6 +73,20 @@ int tcpend_take_error(struct conn *c)
 	return (int)(v & END_ERRNO);
 }
 
+int tcpend_read_error(struct conn *c)
+{
+	uint32_t pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
+
+	/* the peer's FIN came before the reset (it shut down writing first, or
+	 * the reset answered our write to a peer that had closed): a read
+	 * sees the end, and the error waits for a write or SO_ERROR, as
+	 * tcp_recvmsg looks at SOCK_DONE before sk_err */
+	if ((pf & RING_F_SHUTDOWN) ||
+	    (atomic_load(&c->sh->reset) & END_ERRNO) == EPIPE)
+		return 0;
+	return tcpend_take_error(c);
+}
+
 int tcpend_write_error(struct conn *c)
 {
 	uint32_t v;

@@ -103,7 +103,7 @@ static long tx_space(struct conn *c, int fd, uint32_t want, int dontwait)
 		if (r == -EPIPE) {
 			/* the peer hung up: how (a reset if it died with our bytes
 			 * unread) is tx_error's to say */
-			atomic_fetch_or(&sh->flags, SH_PEER_GONE | SH_PEER_SHUT);
+			atomic_fetch_or(&sh->flags, tcpend_hangup_flags(c, POLLHUP));
 			if ((err = tx_error(c)))
 				return -err;
 		}
@@ -266,8 +266,12 @@ ssize_t tx_send(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 	for (int k = 0; k < iovcnt; k++)
 		total += iov[k].iov_len;
 	if (total == 0) {
-		/* a zero-length send still reports a broken or closed connection */
+		/* a zero-length send still reports a broken or closed connection;
+		 * to a peer that closed it sends nothing, so draws no reset */
 		int err = tx_error(c);
+		if (err == EPIPE && !tcpend_reset(c) && !(atomic_load(&sh->flags) & SH_SHUT_WR) &&
+		    tcpend_peer_closed(c))
+			return 0;
 		return err ? tx_finish(c, 0, -err, flags) : 0;
 	}
 	if (tcpend_discard_write(c))

@@ -247,8 +247,16 @@ static void client_install(struct client *cl, int s, struct shm_parts *p)
 	fd_forget_ours(s);      /* the program's now, under cl->fd */
 	sys_close(s);
 	if (fl & O_NONBLOCK)            /* the server hands its end over blocking */
-		sys_fcntl(cl->fd, F_SETFL, O_NONBLOCK);
+		sys_fcntl(cl->fd, F_SETFL, sys_fcntl(cl->fd, F_GETFL, 0) | O_NONBLOCK);
 	install_shm(cl->fd, tcp, ROLE_CLIENT, p, &cl->src, &cl->dst, domain, (fl & O_NONBLOCK) != 0);
+	if (fl & O_ASYNC) {
+		struct conn *c = fd_get_conn(cl->fd);
+
+		if (c) {
+			io_bell_each(c);
+			conn_put(c);
+		}
+	}
 	io_swap_end(cl->fd);
 }
 
@@ -412,7 +420,7 @@ static void pending_take(int fd, struct conn *c)
 	c->bell_fd = -1;
 	conn_note_bell(c, fd);
 	if (fl & O_NONBLOCK)            /* options and flags set meanwhile went to the TCP socket */
-		sys_fcntl(fd, F_SETFL, O_NONBLOCK);
+		sys_fcntl(fd, F_SETFL, sys_fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
 	atomic_store(&c->sh->nonblock, (fl & O_NONBLOCK) != 0);
 	install_go_lean(c);
 	io_swap_end(fd);

@@ -635,9 +635,14 @@ static uint32_t kernel_event(struct watch_set *s, epoll_data_t data, uint32_t ev
 	 * before this process followed it: the next wait follows first */
 	if (e && !atomic_load(&e->c->moved_here) && move_flagged(e->c))
 		return 0;
-	if (e && e->c->mode == MODE_SHM)
-		events = (uint16_t)tcpend_poll_events(e->c, (short)events, (short)e->events) |
-		         (events & ~0xffffu);
+	if (e && e->c->mode == MODE_SHM) {
+		/* as TCP would say it; but a level-triggered hang-up turned into
+		 * nothing would come back at once, for ever: it stays */
+		uint32_t tcp = (uint16_t)tcpend_poll_events(e->c, (short)events, (short)e->events);
+
+		if (tcp)
+			events = tcp | (events & ~0xffffu);
+	}
 	if (!(events & EPOLLIN) || !e || e->c->watch_regs != 1)
 		return events;
 	if (!rx_has_unread(e->c) && !(events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) &&

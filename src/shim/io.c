@@ -57,6 +57,8 @@ static ssize_t recv_iov(struct conn *c, int fd, const struct iovec *iov, int n, 
 	}
 	if ((flags & (MSG_TRUNC | MSG_PEEK)) == MSG_TRUNC) {
 		r = recv_discard(c, fd, iov, n, flags);
+		if (r == SHIM_MOVED)
+			hs_moved_follow(c);     /* the program's own call drops TCP's bytes */
 		conn_put(c);
 		return r;
 	}

@@ -264,11 +264,20 @@ static struct pos model_after(struct world *w, struct pos from, size_t n, uint64
 	return end;
 }
 
+/* The peer's producer cursor as the library reads it: a sealed one (the
+ * stream goes on over TCP after it, core/move.c) stands for its value. */
+static uint64_t peer_prod_now(struct world *w)
+{
+	uint64_t prod = atomic_load(&w->rx->prod);
+
+	return ring_prod_sealed(prod, w->sh.cons, w->c.rx_size) ? prod - RING_PROD_MOVED : prod;
+}
+
 /* FIONREAD: the stream's bytes up to the producer, or up to a forged
  * reference on the way (the read after those resets). */
 static void step_available(struct world *w)
 {
-	uint64_t prod = atomic_load(&w->rx->prod);
+	uint64_t prod = peer_prod_now(w);
 	int valid = ring_prod_valid(w->sh.cons, w->sh.peer_prod_seen, prod, w->c.rx_size), forged;
 	struct pos end;
 	size_t can;
@@ -293,7 +302,7 @@ static void step_read(struct world *w, struct in *in)
 	struct iovec iov[3];
 	int n = make_iov(in, buf, total, iov), forged;
 	struct pos start = our_pos(w), end;
-	uint64_t prod = atomic_load(&w->rx->prod);
+	uint64_t prod = peer_prod_now(w);
 	size_t can = model_stream(w, start, want, total, prod, &forged, &end);
 	ssize_t r;
 
@@ -337,7 +346,11 @@ static void step_write(struct world *w, struct in *in)
 	fill(buf, total, 17, seed);
 	errno = 0;
 	r = tx_send(&w->c, w->fd, iov, n, MSG_DONTWAIT | MSG_NOSIGNAL | oob);
-	if (r > 0) {
+	if (r > 0 && w->sh.prod == start) {
+		/* a write to a peer that closed: taken and dropped, as TCP takes
+		 * it, and the reset it draws latched (core/tcpend.c) */
+		FUZZ_CHECK((size_t)r == total && tcpend_reset(&w->c));
+	} else if (r > 0) {
 		FUZZ_CHECK((size_t)r <= total);
 		FUZZ_CHECK(w->sh.prod == start + (uint64_t)r);
 		check_written(w, start, buf, (size_t)r);
@@ -354,7 +367,7 @@ static void step_peek(struct world *w, struct in *in)
 {
 	size_t min = take_u16(in) % (w->c.rx_size + 2);
 	struct pos start = our_pos(w), end;
-	uint64_t prod = atomic_load(&w->rx->prod);
+	uint64_t prod = peer_prod_now(w);
 	struct iovec iov[2];
 	int forged;
 	long r;
@@ -366,11 +379,13 @@ static void step_peek(struct world *w, struct in *in)
 		size_t can = model_stream(w, start, want, (size_t)r, prod, &forged, &end);
 		const uint8_t *p0 = iov[0].iov_base;
 
-		/* fewer than asked only where the stream ends, or at the edge of
-		 * a reference's bytes (a peek shows one run in one place) */
+		/* fewer than asked only where the stream ends (an end, or a reset
+		 * whose error was taken), or at the edge of a reference's bytes (a
+		 * peek shows one run in one place) */
 		FUZZ_CHECK((size_t)r >= (min ? min : 1) ||
 		           atomic_load(&w->rx->flags) & (RING_F_SHUTDOWN | RING_F_CLOSED) ||
 		           atomic_load(&w->sh.flags) & (SH_SHUT_RD | SH_PEER_SHUT) ||
+		           tcpend_reset(&w->c) ||
 		           atomic_load(&w->rx->ref_prod) != start.ref);
 		FUZZ_CHECK(iov[0].iov_len + iov[1].iov_len == (size_t)r);
 		/* in the pool (one piece), or in the ring (at most the ring) */
