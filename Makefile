@@ -33,7 +33,8 @@ TEST_DEBS = redis-server redis-tools nginx-light wrk iperf3 sockperf curl socat 
             python3-pytest liburing-dev iproute2 util-linux cmake ninja-build gcc strace \
             clang cppcheck python3-prometheus-client dpkg-dev lintian fakeroot \
             memcached mosquitto mosquitto-clients systemd pgbouncer apache2 apache2-utils \
-            php-fpm varnish openssh-server openssh-client rsync git libseccomp-dev
+            php-fpm varnish openssh-server openssh-client rsync git libseccomp-dev \
+            mariadb-server mariadb-client
 
 .PHONY: all build release demo test unit pytest deps clean bench soak lint sanitize fuzz fuzz-smoke \
         install uninstall deb

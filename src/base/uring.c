@@ -9,6 +9,7 @@
  */
 #include "uring.h"
 
+#include <stdatomic.h>
 #include <errno.h>
 #include <linux/io_uring.h>
 #include <stdlib.h>
@@ -185,3 +186,51 @@ int uring_wait(struct uring *u)
 {
 	return ring_enter(u->fd, 0, 1, IORING_ENTER_GETEVENTS) < 0 ? -errno : 0;
 }
+
+/* ---- NOP with a result of our choosing --------------------------------- */
+
+#define NOP_INJECT_RESULT 1u    /* IORING_NOP_INJECT_RESULT, in the rw_flags word */
+#define NOP_PROBE_RESULT 4093   /* a result no plain NOP gives */
+
+static int nop_probe(void)
+{
+	struct io_uring_params p;
+	struct uring u;
+	struct uring_cqe cqe;
+	struct io_uring_sqe *sqe;
+	int ok = 0;
+
+	memset(&u, 0, sizeof(u));
+	memset(&p, 0, sizeof(p));
+	u.fd = ring_setup(2, &p);
+	if (u.fd < 0)
+		return 0;
+	if (!(p.features & IORING_FEAT_SINGLE_MMAP) || ring_map(&u, &p) < 0)
+		goto out;
+	sqe = (struct io_uring_sqe *)u.sqes;
+	memset(sqe, 0, sizeof(*sqe));
+	sqe->opcode = IORING_OP_NOP;
+	sqe->fd = -1;
+	sqe->rw_flags = NOP_INJECT_RESULT;
+	sqe->len = NOP_PROBE_RESULT;
+	u.sq_array[0] = 0;
+	__atomic_store_n(u.sq_tail, *u.sq_tail + 1, __ATOMIC_RELEASE);
+	if (ring_enter(u.fd, 1, 1, IORING_ENTER_GETEVENTS) == 1 && uring_next(&u, &cqe))
+		ok = cqe.res == NOP_PROBE_RESULT;
+out:
+	uring_close(&u);
+	return ok;
+}
+
+int uring_nop_injects(void)
+{
+	static _Atomic int known = -1;
+	int k = atomic_load(&known);
+
+	if (k < 0) {
+		k = nop_probe();
+		atomic_store(&known, k);
+	}
+	return k;
+}
+

@@ -61,4 +61,12 @@ int uring_next(struct uring *u, struct uring_cqe *out);
 /* Sleep until a completion is there (a signal returns early): 0 or -errno. */
 int uring_wait(struct uring *u);
 
+/*
+ * Does this kernel complete a NOP with the result its submission names
+ * (IORING_NOP_INJECT_RESULT, Linux 6.10)?  Older kernels ignore the flag
+ * and complete it with 0.  shim/uring.c answers a program's io_uring read
+ * from a ring that way; asked once, the answer kept.
+ */
+int uring_nop_injects(void);
+
 #endif

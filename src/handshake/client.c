@@ -68,7 +68,7 @@ static int client_precheck(struct client *cl)
 			return R_NOT_THIS_HOST;
 		break;
 	}
-	if (proof_io_uring_in_use())
+	if (proof_io_uring_unseen())
 		return R_IO_URING;
 	if (fd_flags(cl->fd) & FDF_EPOLL_LOST)
 		return R_EPOLL_EARLY;   /* a registration that cannot follow (shim/epoll_early.c) */
@@ -782,9 +782,10 @@ int hs_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	reason = client_precheck(&cl);
 	if (reason == R_NONE && cl.listener.exclusive && cfg.inbox) {
 		int rc;
-		/* without a SYN, a socket in an epoll set would report a hang-up */
+		/* without a SYN, a socket in an epoll set would report a hang-up;
+		 * io_uring could come to use it, and it could not move */
 		if (cl.listener.offer.direct && cfg.direct && !fd_epoll_early_count(fd) &&
-		    !cl.listener.defers && client_direct(&cl) == 0)
+		    !cl.listener.defers && !proof_io_uring_any() && client_direct(&cl) == 0)
 			return 0;
 		if (client_offer(&cl, sa, len, &rc) == 0)
 			return rc;

@@ -121,7 +121,7 @@ static void listener_go_direct_locked(int lfd)
 	uint64_t id;
 
 	if ((fd_flags(lfd) & (FDF_LISTENING | FDF_DIRECT | FDF_NO_DIRECT)) != FDF_LISTENING ||
-	    server_precheck() != R_NONE || kernel_accepts(lfd) > 0)
+	    server_precheck() != R_NONE || proof_io_uring_any() || kernel_accepts(lfd) > 0)
 		return;         /* not now (io_uring, too many connections, another thread
 		                   waits in the kernel), or decided already */
 	fl = sys_fcntl(lfd, F_GETFL, 0);

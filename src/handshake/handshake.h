@@ -118,6 +118,16 @@ void hs_fork_unlock(void);
 void hs_user_changing(uid_t euid);
 /* The process changed its root directory. */
 void hs_chrooted(void);
+/*
+ * shim/uring.c made (@on) or is closing (!@on) the io_uring instance @fd
+ * through liburing: its submissions are looked at, so the process may
+ * accelerate (proof.c).  -1 if there is no room to remember it (it then
+ * counts as unseen).
+ */
+int hs_uring_seen(int fd, int on);
+/* Listener @fd accepts through io_uring, where no handshake is answered:
+ * clients take TCP at once (listener.c). */
+void hs_listener_unserved(int fd);
 /* In a fork child: the inherited listeners are now shared (listener.c). */
 void hs_after_fork(void);
 

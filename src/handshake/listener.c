@@ -56,6 +56,14 @@ static void listeners_unreachable(const char *why)
 	DBG("%s: listeners marked for TCP", why);
 }
 
+void hs_listener_unserved(int fd)
+{
+	if (registry_fd < 0 || !(fd_flags(fd) & FDF_LISTENING))
+		return;
+	listener_mark_unreachable(fd);
+	DBG("fd %d: accepts through io_uring: marked for TCP", fd);
+}
+
 void listeners_confined(void)
 {
 	listeners_unreachable("the process confines itself");

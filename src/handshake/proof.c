@@ -14,6 +14,7 @@
 #include "hs_internal.h"
 
 #include <dirent.h>
+#include <stdlib.h>
 #include <netinet/in.h>
 #include <string.h>
 
@@ -52,32 +53,80 @@ int proof_dst_is_local(const struct ep *dst)
 	return rc == 0;
 }
 
-/* io_uring bypasses libc: such a process cannot be served through shared memory. */
-int proof_io_uring_in_use(void)
+/*
+ * io_uring instances.  One made through liburing is seen (shim/uring.c):
+ * each of its submissions is looked at before the kernel reads it, and a
+ * connection used there goes to TCP first.  One made any other way (raw
+ * system calls, a static liburing, inherited across exec) is not: its
+ * process declines every connection (io-uring).  Known rings by descriptor;
+ * more than fit here are not known.
+ */
+#define URINGS_KNOWN 64
+static _Atomic int urings_known[URINGS_KNOWN];  /* descriptor + 1; 0: free */
+static _Atomic long uring_checked_at = -1000;
+static _Atomic int uring_found;                  /* URING_ANY | URING_UNSEEN */
+#define URING_ANY 1
+#define URING_UNSEEN 2
+
+int hs_uring_seen(int fd, int on)
 {
-	static _Atomic long checked_at = -1000;
-	static _Atomic int found;
+	int want = on ? 0 : fd + 1, done = 0;
+
+	for (int i = 0; i < URINGS_KNOWN && !done; i++) {
+		int w = want;
+		done = atomic_compare_exchange_strong(&urings_known[i], &w, on ? fd + 1 : 0);
+	}
+	atomic_store(&uring_checked_at, -1000);         /* look again */
+	if (on && done)
+		fd_for_each_listener(hs_listener_no_direct);    /* a direct one cannot move */
+	return done ? 0 : -1;
+}
+
+static int uring_is_known(int fd)
+{
+	for (int i = 0; i < URINGS_KNOWN; i++)
+		if (atomic_load(&urings_known[i]) == fd + 1)
+			return 1;
+	return 0;
+}
+
+static int uring_scan(void)
+{
 	long now = mono_now_ms();
 	struct dirent *de;
 	DIR *d;
-	int hit = 0;
+	int found = 0;
 
-	if (now - atomic_load(&checked_at) < 100)
-		return atomic_load(&found);
+	if (now - atomic_load(&uring_checked_at) < 100)
+		return atomic_load(&uring_found);
 	d = opendir("/proc/self/fd");
-	while (d && !hit && (de = readdir(d)) != NULL) {
+	while (d && (de = readdir(d)) != NULL) {
 		char link[64];
 		ssize_t n = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
-		if (n > 0) {
-			link[n] = '\0';
-			hit = strcmp(link, "anon_inode:[io_uring]") == 0;
-		}
+		if (n <= 0)
+			continue;
+		link[n] = '\0';
+		if (strcmp(link, "anon_inode:[io_uring]") != 0)
+			continue;
+		found |= URING_ANY;
+		if (!uring_is_known(atoi(de->d_name)))
+			found |= URING_UNSEEN;
 	}
 	if (d)
 		closedir(d);
-	atomic_store(&found, hit);
-	atomic_store(&checked_at, now);
-	return hit;
+	atomic_store(&uring_found, found);
+	atomic_store(&uring_checked_at, now);
+	return found;
+}
+
+int proof_io_uring_unseen(void)
+{
+	return (uring_scan() & URING_UNSEEN) != 0;
+}
+
+int proof_io_uring_any(void)
+{
+	return (uring_scan() & URING_ANY) != 0;
 }
 
 /* What the socket was created as: known without a system call for the

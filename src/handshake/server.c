@@ -49,7 +49,7 @@ static int server_send(struct server *sv, const union clc_msg *m, const int *fds
 
 int server_precheck(void)
 {
-	if (proof_io_uring_in_use())
+	if (proof_io_uring_unseen())
 		return R_IO_URING;
 	if (conn_count() >= cfg.max_conns)
 		return R_MAX_BUFFERS;

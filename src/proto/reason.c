@@ -13,7 +13,7 @@ static const struct {
 	[R_MAX_BUFFERS]     = { "max-buffers", "max buffers reached" },
 	[R_NO_MEMORY]       = { "no-memory", "out of shared memory" },
 	[R_TIMEOUT]         = { "timeout", "handshake timeout" },
-	[R_IO_URING]        = { "io-uring", "io_uring in use" },
+	[R_IO_URING]        = { "io-uring", "io_uring unseen (not through liburing), or used on the socket: on TCP" },
 	[R_DIFF_USER]       = { "different-user", "peer runs as a different user" },
 	[R_TUPLE_BUSY]      = { "tuple-busy", "address tuple busy in registry" },
 	[R_PROOF_FAILED]    = { "proof-failed", "peer failed the same-connection proof" },

@@ -15,7 +15,8 @@ enum smclo_reason {
 	R_MAX_BUFFERS,         /* SMCLO_MAX_CONNS reached */
 	R_NO_MEMORY,           /* shared memory could not be created or mapped */
 	R_TIMEOUT,             /* the peer did not answer within the handshake timeout */
-	R_IO_URING,            /* this process or the peer uses io_uring */
+	R_IO_URING,            /* an io_uring smclo cannot watch in this process or the
+	                          peer; moved: the socket itself used through io_uring */
 	R_DIFF_USER,           /* peers run as different users and it is not allowed */
 	R_TUPLE_BUSY,          /* another rendezvous holds this address/port tuple */
 	R_PROOF_FAILED,        /* the peer could not prove it owns the other TCP end */

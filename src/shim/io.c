@@ -78,6 +78,11 @@ static ssize_t recv_iov(struct conn *c, int fd, const struct iovec *iov, int n, 
 	return r;
 }
 
+ssize_t shim_recv_conn(struct conn *c, int fd, const struct iovec *iov, int n, int flags)
+{
+	return recv_iov(c, fd, iov, n, flags);
+}
+
 /* A read through the rings, or the program's own call when that says so. */
 #define RECV_OR(c, fd, iov, n, flags, real_call)                                  \
 	do {                                                                      \

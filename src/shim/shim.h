@@ -9,7 +9,8 @@
  * almost nothing.  The decisions live in src/handshake/, the byte moving in
  * src/core/ (tx.c, rx.c).  One file per concern: socket.c, io.c, close.c,
  * descriptors.c, process.c, epoll.c (with epoll_watch.c), poll.c (with
- * pollwait.c), exec.c and spawn.c.
+ * pollwait.c), exec.c, spawn.c, seccomp.c and uring.c (liburing's submit
+ * functions).
  */
 #ifndef SMCLO_SHIM_H
 #define SMCLO_SHIM_H
@@ -64,6 +65,13 @@ static inline struct conn *shim_conn(int fd)
  * must see the TCP socket, not the doorbell socket's hang-up.
  */
 void shim_follow_moved(int fd);
+
+/*
+ * io.c: a receive from @c (its reference taken) named by @fd, as recv()
+ * with @flags reads it: bytes, -errno, or SHIM_MOVED when the kernel's
+ * socket answers from here on (the ring is empty after a move).
+ */
+ssize_t shim_recv_conn(struct conn *c, int fd, const struct iovec *iov, int n, int flags);
 
 /* close.c: what smclo knew of @fd, forgotten as it closes (close, dup2 over it). */
 void shim_forget_fd(int fd);

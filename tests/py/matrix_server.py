@@ -125,7 +125,7 @@ def outcome_of(e):
     return errno.errorcode.get(e.errno, str(e.errno)) if e.errno else type(e).__name__
 
 
-def echo(c, greet=False, shut=False):
+def echo(c, greet=False, shut=False, each=None):
     got = 0
     try:
         if greet:
@@ -135,6 +135,8 @@ def echo(c, greet=False, shut=False):
             if not d:
                 break
             got += len(d)
+            if each:
+                each()
             c.sendall(d)
         ended("eof", got)
         if shut:
@@ -348,6 +350,39 @@ def p_accept(port, work):
     ready()
     while True:
         echo(l.accept()[0])
+
+
+def p_iouring(on_socket):
+    """An io_uring made through liburing.  files: each message is answered
+    after a file read through it, the socket through libc (MariaDB's way).
+    socket: every read and write of the connection through it (the
+    connection moves to TCP first, the ring's bytes answered from it)."""
+    def run(port, work):
+        import uring_ctypes
+        ring = uring_ctypes.Ring()
+        page = os.open("/proc/self/exe", os.O_RDONLY)
+        l = listen(port)
+        ready()
+        while True:
+            c = l.accept()[0]
+            if not on_socket:
+                echo(c, each=lambda: ring.read(page, 4096))
+                continue
+            got = 0
+            try:
+                while True:
+                    d = ring.recv(c.fileno(), 1 << 16)
+                    if not d:
+                        break
+                    got += len(d)
+                    while d:
+                        d = d[ring.send(c.fileno(), d):]
+                ended("eof", got)
+            except OSError as e:
+                ended(outcome_of(e), got)
+                print("server: %r" % e, file=sys.stderr, flush=True)
+            c.close()
+    return run
 
 
 def p_defer_after_listen(port, work):
@@ -742,6 +777,8 @@ def p_daemon(closer):
 PATTERNS = {
     "accept": p_accept,
     "defer-after-listen": p_defer_after_listen,
+    "iouring-files": p_iouring(on_socket=False),
+    "iouring-socket": p_iouring(on_socket=True),
     "api-accept": p_api_accept,
     "api-fork": p_api_fork,
     "pool-accept": p_pool_accept,

@@ -78,20 +78,6 @@ def test_live_connection_listed_with_reason(reg, procs):
     assert mine[0]["role"] == "client"
 
 
-def test_io_uring_peer_declines(reg, procs):
-    prog = TESTBIN / "iouring_peer"
-    assert prog.exists(), "iouring_peer not built: liburing-dev missing"
-    port = free_port()
-    srv = procs.start([str(prog), str(port)], reg.env)
-    wait_port(port, proc=srv)
-    send_and_check(reg, port)
-    srv.wait(timeout=10)
-    st = reg.stats()
-    assert st["accelerated"] == 0
-    # both ends say why: the server declined, the client heard the reason
-    assert st["fallback_by_reason"]["io-uring"] == 2, st
-
-
 def test_different_user_allowed_unless_restricted(shared_dir, procs):
     """A shared registry, a server as root and a client as nobody: accelerated
     by default, declined (and named by both ends) when either side says

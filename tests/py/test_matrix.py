@@ -35,6 +35,10 @@ What each cell must show (MATRIX below; the modes are in MODES):
                timeout (no reason timeout or peer-withdrew)
   fits         every connection works; as many accelerated as descriptors
                allow, the rest on TCP with a reason other than a timeout
+  unmoved      all accelerated, none without TCP (a process with an io_uring
+               makes none: it could not move), none moved to TCP
+  moved        all accelerated, none without TCP, every one moved to TCP
+               (io-uring at the server, peer-moved at the client)
 A cell "MODE!BUG" expects MODE but fails for the known bug BUGS[BUG]
 (xfail, strict: it must fail until the fix lands).  Every cell also checks
 that the server is still running afterwards.
@@ -197,6 +201,8 @@ spawn-cat          direct         inbox          rendezvous      tcp
 subprocess-cat     direct         inbox          rendezvous      tcp
 system-cat         direct         inbox          rendezvous      tcp
 defer-after-listen inbox          inbox          defer           tcp
+iouring-files      unmoved        unmoved        unmoved         tcp
+iouring-socket     moved          moved          moved           tcp
 setuid             no-registry    no-registry    no-registry     tcp
 setuid-shared      inbox          inbox          rendezvous      tcp
 user-accept        direct         inbox          rendezvous      tcp
@@ -305,6 +311,10 @@ MODES = {
     and not {"timeout", "peer-withdrew"} & set(reasons(st)),
     "fits": lambda st, n: st["accelerated_client"] == st["accelerated_server"]
     and "timeout" not in reasons(st),
+    "unmoved": lambda st, n: all_accelerated(st, n) and st["direct_handshakes"] == 0
+    and not any(st["moved_by_reason"].values()),
+    "moved": lambda st, n: all_accelerated(st, n) and st["direct_handshakes"] == 0
+    and st["moved_by_reason"]["io-uring"] == n and st["moved_by_reason"]["peer-moved"] == n,
 }
 
 
@@ -571,7 +581,8 @@ def test_kill(pattern, side, kind, procs, tmp_path):
 
 SERIAL = {"accept", "handoff", "scm-keep", "scm-close", "scm-exec", "scm-midstream",
           "system-cat", "setuid", "setgid", "chroot", "daemon-close", "daemon-closerange",
-          "spawn-helper", "subprocess-helper", "api-accept", "pool-accept"}
+          "spawn-helper", "subprocess-helper", "api-accept", "pool-accept", "iouring-files",
+          "iouring-socket"}
 AT_ONCE = {"prefork": 3, "prefork-dup0": 3}   # three children, one connection each
 CAT_HANDLER = {"exec-cat", "exec-midstream", "exec-closeall", "exec-closerange", "spawn-cat",
                "subprocess-cat", "system-cat"}

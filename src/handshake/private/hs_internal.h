@@ -33,8 +33,12 @@ uint64_t proof_netns_cookie(int fd);
 int proof_sock_is_tcp(int fd);
 /* Is @dst an address of this host (of our network namespace)? */
 int proof_dst_is_local(const struct ep *dst);
-/* io_uring bypasses libc: such a process cannot be served through shared memory. */
-int proof_io_uring_in_use(void);
+/* An io_uring instance not made through liburing (hs_uring_seen): its
+ * submissions bypass libc unseen, so its process declines connections. */
+int proof_io_uring_unseen(void);
+/* Any io_uring instance: no connection without TCP beneath (direct), which
+ * could not move if io_uring came to use it. */
+int proof_io_uring_any(void);
 /* What socket @fd was created as: AF_INET, AF_INET6 or AF_SMC. */
 int proof_domain_of(int fd);
 /* The process that made socket pair @s, if its user may attach (its user in
