@@ -68,10 +68,20 @@ static _Atomic int uring_found;                  /* URING_ANY | URING_UNSEEN */
 #define URING_ANY 1
 #define URING_UNSEEN 2
 
+static int uring_is_known(int fd)
+{
+	for (int i = 0; i < URINGS_KNOWN; i++)
+		if (atomic_load(&urings_known[i]) == fd + 1)
+			return 1;
+	return 0;
+}
+
 int hs_uring_seen(int fd, int on)
 {
 	int want = on ? 0 : fd + 1, done = 0;
 
+	if (on && uring_is_known(fd))
+		return 0;
 	for (int i = 0; i < URINGS_KNOWN && !done; i++) {
 		int w = want;
 		done = atomic_compare_exchange_strong(&urings_known[i], &w, on ? fd + 1 : 0);
@@ -80,14 +90,6 @@ int hs_uring_seen(int fd, int on)
 	if (on && done)
 		fd_for_each_listener(hs_listener_no_direct);    /* a direct one cannot move */
 	return done ? 0 : -1;
-}
-
-static int uring_is_known(int fd)
-{
-	for (int i = 0; i < URINGS_KNOWN; i++)
-		if (atomic_load(&urings_known[i]) == fd + 1)
-			return 1;
-	return 0;
 }
 
 static int uring_scan(void)

@@ -33,6 +33,7 @@
  */
 #include "shim.h"
 
+#include "iov.h"
 #include "log.h"
 #include "uring.h"
 #include "uring_abi.h"
@@ -53,12 +54,23 @@
 
 /* ---- rings we watch ------------------------------------------------------ */
 
+/* liburing's init calls its own init_params, which calls queue_mmap,
+ * through its PLT: each stands in front of the next, so a ring is added
+ * once, however many of them see it. */
 #define RINGS_MAX 64
 static struct lib_uring *_Atomic rings[RINGS_MAX];
 
+static int rings_slot(const struct lib_uring *r)
+{
+	for (int i = 0; i < RINGS_MAX; i++)
+		if (atomic_load(&rings[i]) == r)
+			return i;
+	return -1;
+}
+
 static void rings_add(struct lib_uring *r)
 {
-	if (!smclo_active || !uring_nop_injects())
+	if (!smclo_active || !uring_nop_injects() || rings_slot(r) >= 0)
 		return;         /* not known: the process declines (proof.c) */
 	for (int i = 0; i < RINGS_MAX; i++) {
 		struct lib_uring *none = NULL;
@@ -72,12 +84,11 @@ static void rings_add(struct lib_uring *r)
 
 static void rings_del(struct lib_uring *r)
 {
-	for (int i = 0; i < RINGS_MAX; i++) {
-		struct lib_uring *mine = r;
-		if (atomic_compare_exchange_strong(&rings[i], &mine, NULL)) {
-			hs_uring_seen(r->ring_fd, 0);
-			return;
-		}
+	int i = rings_slot(r);
+
+	if (i >= 0) {
+		hs_uring_seen(r->ring_fd, 0);
+		atomic_store(&rings[i], NULL);
 	}
 }
 
@@ -93,8 +104,25 @@ static struct lib_uring *rings_by_fd(int fd)
 
 /* ---- a submission answered by smclo ------------------------------------- */
 
+/*
+ * One scan: the submissions about to be published, in order.  @linked:
+ * the one before had IOSQE_IO_LINK, so whether this one runs is decided in
+ * the kernel, after us.  Closes of descriptors smclo keeps tables of are
+ * forgotten once the real call has handed them to the kernel (@forget),
+ * which closes them in their turn.
+ */
+#define FORGET_MAX 32
+struct scan {
+	int linked;
+	int cancel;             /* an answer from here was short: the next one in its
+	                           chain is cancelled, as the kernel would */
+	int forget[FORGET_MAX];
+	int nforget;
+};
+
 /* Make @sqe a NOP that completes with @res, as the request would have
- * (its user_data, links and CQE_SKIP_SUCCESS kept). */
+ * (its user_data, links and CQE_SKIP_SUCCESS kept; a negative @res fails
+ * its link as the request's failure would). */
 static void sqe_inject(struct io_uring_sqe *sqe, long res)
 {
 	uint64_t user_data = sqe->user_data;
@@ -118,6 +146,10 @@ static long ret_or_errno(long r)
 {
 	return r < 0 ? -errno : r;
 }
+
+/* Receive flags a read from the ring answers as TCP would; others (urgent
+ * data, the error queue) take nothing from the stream: the kernel's. */
+#define RING_FLAGS (MSG_PEEK | MSG_DONTWAIT | MSG_WAITALL | MSG_NOSIGNAL | MSG_CMSG_CLOEXEC)
 
 /* The buffer a plain read names, or NULL for one the kernel would pick
  * (a provided buffer) or that keeps going (multishot). */
@@ -156,25 +188,52 @@ static const struct iovec *sqe_read_iov(const struct io_uring_sqe *sqe, struct i
 	}
 }
 
-/* A read of @c (referenced), moved, whose ring still holds bytes or its
- * end: answered from the ring.  0 if the kernel should read after all. */
-static int answer_read(struct io_uring_sqe *sqe, struct conn *c, int fd)
+/* Does a short answer to @sqe fail its link in the kernel?  A short read
+ * or readv does, as a short MSG_WAITALL receive does; a hard link goes on. */
+static int short_fails_link(const struct io_uring_sqe *sqe, int flags)
+{
+	int receive = sqe->opcode == IORING_OP_RECV || sqe->opcode == IORING_OP_RECVMSG;
+
+	return (sqe->flags & IOSQE_IO_LINK) && !(sqe->flags & IOSQE_IO_HARDLINK) &&
+	       (!receive || (flags & MSG_WAITALL));
+}
+
+/*
+ * A read of @c (referenced), moved, whose ring still holds bytes or its
+ * end: answered from the ring, or - where an answer now could differ from
+ * the kernel's later one - refused with ECONNRESET, its bytes left in the
+ * ring for the program's next read.  Returns 0 if the kernel should read
+ * after all (the flags take nothing from the stream).
+ */
+static int answer_read(struct io_uring_sqe *sqe, struct conn *c, int fd, struct scan *sc)
 {
 	struct iovec one;
 	int n, flags;
 	const struct iovec *iov = sqe_read_iov(sqe, &one, &n, &flags);
 	ssize_t r;
 
-	if (!iov) {
+	if (iov && (flags & ~RING_FLAGS)) {
+		conn_put(c);
+		return 0;               /* MSG_OOB, MSG_ERRQUEUE: the kernel's answer */
+	}
+	if (!iov && !rx_has_unread(c)) {
+		conn_put(c);            /* only the end is left: a read of it gets 0 */
+		sqe_inject(sqe, 0);
+		return 1;
+	}
+	/* the kernel decides whether one linked to an earlier one runs */
+	if (!iov || sc->linked) {
 		conn_put(c);
 		DBG("fd %d: io_uring read of a moved connection with bytes left in its ring, "
-		    "into a buffer the kernel picks: ECONNRESET", fd);
+		    "into a buffer the kernel picks or in a chain: ECONNRESET", fd);
 		sqe_inject(sqe, -ECONNRESET);
 		return 1;
 	}
-	r = shim_recv_conn(c, fd, iov, n, (flags & (MSG_PEEK | MSG_TRUNC)) | MSG_DONTWAIT);
+	r = shim_recv_conn(c, fd, iov, n, flags | MSG_DONTWAIT);
 	if (r == SHIM_MOVED)
 		return 0;               /* emptied meanwhile: TCP has the rest */
+	/* short: the kernel would fail the link, and cancel the next one */
+	sc->cancel = r >= 0 && (size_t)r < iov_total(iov, n) && short_fails_link(sqe, flags);
 	if (r >= 0 && sqe->opcode == IORING_OP_RECVMSG) {
 		struct msghdr *m = (struct msghdr *)(uintptr_t)sqe->addr;
 		m->msg_namelen = 0;
@@ -185,20 +244,41 @@ static int answer_read(struct io_uring_sqe *sqe, struct conn *c, int fd)
 	return 1;
 }
 
+/* Operations newer than the kernel headers this is built with. */
+#define OP_READ_MULTISHOT 49
+#define OP_WAITID 50
+#define OP_FUTEX_WAITV 53
+
 /* Does @op read from the socket in its fd field?  Unknown ones may. */
 static int op_reads(int op)
 {
 	switch (op) {
 	case IORING_OP_READ: case IORING_OP_READV: case IORING_OP_READ_FIXED:
 	case IORING_OP_RECV: case IORING_OP_RECVMSG: case IORING_OP_POLL_ADD:
+	case OP_READ_MULTISHOT:
 		return 1;
 	default:
-		return op >= IORING_OP_LAST;
+		return op > OP_FUTEX_WAITV;
+	}
+}
+
+/* Operations whose fd field is no descriptor to look at (a count, a
+ * domain, flags, another ring, a pid) or that touch no stream. */
+static int op_without_fd(int op)
+{
+	switch (op) {
+	case IORING_OP_NOP: case IORING_OP_TIMEOUT: case IORING_OP_TIMEOUT_REMOVE:
+	case IORING_OP_LINK_TIMEOUT: case IORING_OP_ASYNC_CANCEL: case IORING_OP_POLL_REMOVE:
+	case IORING_OP_PROVIDE_BUFFERS: case IORING_OP_REMOVE_BUFFERS: case IORING_OP_MSG_RING:
+	case IORING_OP_SOCKET: case IORING_OP_GETXATTR: case IORING_OP_SETXATTR:
+		return 1;
+	default:
+		return op >= OP_WAITID && op <= OP_FUTEX_WAITV;   /* waitid, futexes */
 	}
 }
 
 /* @sqe names connection @c (referenced) at @fd: it goes to TCP first. */
-static void sqe_on_conn(struct io_uring_sqe *sqe, struct conn *c, int fd)
+static void sqe_on_conn(struct io_uring_sqe *sqe, struct conn *c, int fd, struct scan *sc)
 {
 	if (hs_move_now(c, fd, R_IO_URING) < 0) {
 		conn_put(c);
@@ -218,39 +298,54 @@ static void sqe_on_conn(struct io_uring_sqe *sqe, struct conn *c, int fd)
 			sqe_inject(sqe, ready);
 		return;
 	}
-	answer_read(sqe, c, fd);
+	answer_read(sqe, c, fd, sc);
 }
 
-/* Calls whose descriptor smclo keeps tables of: made by smclo's wrapper. */
-static int sqe_by_wrapper(struct io_uring_sqe *sqe, int fd)
+/*
+ * A close of a descriptor smclo keeps tables of: the kernel closes it in
+ * its turn (after what the batch does before it), and smclo forgets it
+ * once the submission is the kernel's.  A connection goes to TCP first,
+ * so that whatever runs on the number meanwhile runs on the TCP socket;
+ * one that cannot move (direct) is closed now, by smclo's close().
+ */
+static void sqe_close(struct io_uring_sqe *sqe, int fd, struct scan *sc)
 {
-	switch (sqe->opcode) {
-	case IORING_OP_CLOSE:
-		if (sqe->file_index)
-			return 0;
-		sqe_inject(sqe, ret_or_errno(close(fd)));
-		return 1;
-	case IORING_OP_ACCEPT:
-		hs_listener_unserved(fd);
-		return 0;
-	default:
-		return 0;
+	struct conn *c;
+
+	if (sqe->file_index)
+		return;         /* a fixed file's slot, not a descriptor */
+	hs_resolve_fd(fd);
+	if (fd_has_conn(fd) && (c = fd_get_conn(fd))) {
+		int stays = c->mode == MODE_SHM && hs_move_now(c, fd, R_IO_URING) < 0;
+		conn_put(c);
+		if (stays) {
+			sqe_inject(sqe, ret_or_errno(close(fd)));
+			return;
+		}
 	}
+	if (sc->nforget < FORGET_MAX)
+		sc->forget[sc->nforget++] = fd;
+	else
+		sqe_inject(sqe, ret_or_errno(close(fd)));
 }
 
-static void sqe_fd(struct io_uring_sqe *sqe, int fd)
+static void sqe_fd(struct io_uring_sqe *sqe, int fd, struct scan *sc)
 {
 	struct conn *c;
 
 	if (fd < 0 || (!fd_flags(fd) && !fd_has_conn(fd)))
 		return;         /* a file, a pipe, a socket smclo never saw */
-	if (sqe_by_wrapper(sqe, fd))
+	if (sqe->opcode == IORING_OP_CLOSE) {
+		sqe_close(sqe, fd, sc);
 		return;
+	}
+	if (sqe->opcode == IORING_OP_ACCEPT)
+		hs_listener_unserved(fd);
 	hs_resolve_fd(fd);
 	/* a moved connection is one for reading while its ring holds bytes */
 	c = op_reads(sqe->opcode) ? shim_conn_reading(fd, 0, MSG_DONTWAIT) : shim_conn(fd);
 	if (c)
-		sqe_on_conn(sqe, c, fd);
+		sqe_on_conn(sqe, c, fd, sc);
 }
 
 /* IORING_OP_EPOLL_CTL on a connection: smclo's epoll_ctl watches the rings. */
@@ -267,7 +362,7 @@ static int sqe_epoll_ctl(struct io_uring_sqe *sqe)
 
 /* A splice out of a connection: moved first; what its ring still holds is
  * read by smclo's splice (which reads rings), the rest by the kernel. */
-static int sqe_splice(struct io_uring_sqe *sqe)
+static int sqe_splice(struct io_uring_sqe *sqe, const struct scan *sc)
 {
 	int in = sqe->splice_fd_in;
 	loff_t off_in = (loff_t)sqe->splice_off_in, off_out = (loff_t)sqe->off;
@@ -287,7 +382,9 @@ static int sqe_splice(struct io_uring_sqe *sqe)
 	}
 	left = rx_ring_readable(c);
 	conn_put(c);
-	if (left)
+	if (left && (sc->linked || (sqe->flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK))))
+		sqe_inject(sqe, -ECONNRESET);   /* as answer_read: the kernel decides links */
+	else if (left)
 		sqe_inject(sqe, ret_or_errno(splice(in, off_in == -1 ? NULL : &off_in, sqe->fd,
 		                                    sqe->off == (uint64_t)-1 ? NULL : &off_out,
 		                                    sqe->len, sqe->splice_flags)));
@@ -296,22 +393,7 @@ static int sqe_splice(struct io_uring_sqe *sqe)
 
 static void fixed_files(const int *fds, unsigned n);
 
-/* Operations whose fd field is no descriptor to look at (a count, a
- * domain, another ring) or that touch no stream. */
-static int op_without_fd(int op)
-{
-	switch (op) {
-	case IORING_OP_NOP: case IORING_OP_TIMEOUT: case IORING_OP_TIMEOUT_REMOVE:
-	case IORING_OP_LINK_TIMEOUT: case IORING_OP_ASYNC_CANCEL: case IORING_OP_POLL_REMOVE:
-	case IORING_OP_PROVIDE_BUFFERS: case IORING_OP_REMOVE_BUFFERS: case IORING_OP_MSG_RING:
-	case IORING_OP_SOCKET:
-		return 1;
-	default:
-		return 0;
-	}
-}
-
-static void sqe_check(struct io_uring_sqe *sqe)
+static void sqe_check(struct io_uring_sqe *sqe, struct scan *sc)
 {
 	if (op_without_fd(sqe->opcode))
 		return;
@@ -321,7 +403,7 @@ static void sqe_check(struct io_uring_sqe *sqe)
 			return;
 		break;
 	case IORING_OP_SPLICE:
-		if (sqe_splice(sqe))
+		if (sqe_splice(sqe, sc))
 			return;
 		break;
 	case IORING_OP_FILES_UPDATE:
@@ -331,59 +413,104 @@ static void sqe_check(struct io_uring_sqe *sqe)
 		break;
 	}
 	if (!(sqe->flags & IOSQE_FIXED_FILE))
-		sqe_fd(sqe, sqe->fd);
+		sqe_fd(sqe, sqe->fd, sc);
+}
+
+static struct io_uring_sqe *sqe_at(const struct lib_uring *r, unsigned idx)
+{
+	unsigned shift = (r->flags & IORING_SETUP_SQE128) ? 7 : 6;
+
+	return (struct io_uring_sqe *)((char *)r->sq.sqes + ((size_t)idx << shift));
+}
+
+static void scan_one(struct io_uring_sqe *sqe, struct scan *sc)
+{
+	uint8_t links = sqe->flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK);
+
+	if (sc->cancel) {
+		sc->cancel = 0;
+		sqe_inject(sqe, -ECANCELED);    /* failing, it cancels the rest */
+	} else {
+		sqe_check(sqe, sc);
+	}
+	sc->linked = links != 0;
 }
 
 /* What liburing publishes next: its own [sqe_head, sqe_tail). */
-static void uring_scan(struct io_uring *ring)
+static void uring_scan(struct io_uring *ring, struct scan *sc)
 {
 	struct lib_uring *r = (struct lib_uring *)ring;
-	unsigned mask, shift, head, tail;
+	unsigned mask, head, tail;
 
+	sc->linked = 0;
+	sc->cancel = 0;
+	sc->nforget = 0;
 	if (!smclo_active || !ring)
 		return;
 	mask = *r->sq.kring_mask;
-	shift = (r->flags & IORING_SETUP_SQE128) ? 7 : 6;
 	head = r->sq.sqe_head;
 	tail = r->sq.sqe_tail;
 	if (tail - head > mask + 1)
 		return;         /* not a ring liburing filled */
 	for (unsigned i = head; i != tail; i++)
-		sqe_check((struct io_uring_sqe *)((char *)r->sq.sqes + ((size_t)(i & mask) << shift)));
+		scan_one(sqe_at(r, i & mask), sc);
 }
 
 /* Submissions a program published itself and enters raw: the kernel's
- * [head, tail), through the index array (no SQPOLL thread reads them yet). */
-static void uring_scan_published(int fd)
+ * [head, tail), through the index array if the ring has one (no SQPOLL
+ * thread reads them yet). */
+static void uring_scan_published(int fd, struct scan *sc)
 {
 	struct lib_uring *r = smclo_active ? rings_by_fd(fd) : NULL;
-	unsigned mask, shift, head, tail;
+	unsigned mask, head, tail;
 
+	sc->linked = 0;
+	sc->cancel = 0;
+	sc->nforget = 0;
 	if (!r || (r->flags & IORING_SETUP_SQPOLL))
 		return;
 	mask = *r->sq.kring_mask;
-	shift = (r->flags & IORING_SETUP_SQE128) ? 7 : 6;
 	head = atomic_load_explicit((_Atomic unsigned *)r->sq.khead, memory_order_acquire);
 	tail = *r->sq.ktail;
 	if (tail - head > mask + 1)
 		return;
 	for (unsigned i = head; i != tail; i++) {
-		unsigned idx = r->sq.array[i & mask];
+		unsigned idx = r->sq.array ? r->sq.array[i & mask] : i & mask;
 		if (idx <= mask)
-			sqe_check((struct io_uring_sqe *)((char *)r->sq.sqes + ((size_t)idx << shift)));
+			scan_one(sqe_at(r, idx), sc);
 	}
+}
+
+/* The real call has handed the batch to the kernel: what it closes is
+ * forgotten now (its number names the TCP socket, or nothing, meanwhile). */
+static void uring_after(struct scan *sc)
+{
+	for (int i = 0; i < sc->nforget; i++)
+		shim_forget_fd(sc->forget[i]);
+	sc->nforget = 0;
+}
+
+/* Would a wait with a timeout publish what the program queued?  Only
+ * liburing's way for kernels without IORING_FEAT_EXT_ARG (a timeout put
+ * in the queue behind them). */
+static int waits_submit(const struct io_uring *ring)
+{
+	return ring && !(((const struct lib_uring *)ring)->features & IORING_FEAT_EXT_ARG);
 }
 
 /* ---- registered files --------------------------------------------------- */
 
 /* A connection registered as a fixed file is read by index, where nothing
  * here looks: it goes to TCP now.  Bytes its ring still holds could not
- * reach such reads: refused (EOPNOTSUPP) rather than skipped. */
+ * reach such reads: refused (EOPNOTSUPP) rather than skipped.  A listener
+ * accepts there without accept() (clients take TCP at once). */
 static int fixed_file_ok(int fd)
 {
 	struct conn *c;
 	int left;
 
+	if (fd >= 0 && (fd_flags(fd) & FDF_LISTENING))
+		hs_listener_unserved(fd);
 	if (fd < 0 || !fd_has_conn(fd))
 		return 1;
 	hs_resolve_fd(fd);
@@ -453,20 +580,29 @@ EXPORT void io_uring_queue_exit(struct io_uring *ring)
 	real_io_uring_queue_exit(ring);
 }
 
+/* Scan, make the real call, and forget what it handed the kernel to close. */
+#define SCANNED(scan_call, real_call)            \
+	do {                                     \
+		struct scan sc_;                 \
+		int r_;                          \
+		scan_call;                       \
+		r_ = real_call;                  \
+		uring_after(&sc_);               \
+		return r_;                       \
+	} while (0)
+
 EXPORT int io_uring_submit(struct io_uring *ring)
 {
 	LIBURING(io_uring_submit, -ENOSYS);
 
-	uring_scan(ring);
-	return real_io_uring_submit(ring);
+	SCANNED(uring_scan(ring, &sc_), real_io_uring_submit(ring));
 }
 
 EXPORT int io_uring_submit_and_wait(struct io_uring *ring, unsigned wait_nr)
 {
 	LIBURING(io_uring_submit_and_wait, -ENOSYS);
 
-	uring_scan(ring);
-	return real_io_uring_submit_and_wait(ring, wait_nr);
+	SCANNED(uring_scan(ring, &sc_), real_io_uring_submit_and_wait(ring, wait_nr));
 }
 
 EXPORT int io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uring_cqe **cqe,
@@ -475,27 +611,26 @@ EXPORT int io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uri
 {
 	LIBURING(io_uring_submit_and_wait_timeout, -ENOSYS);
 
-	uring_scan(ring);
-	return real_io_uring_submit_and_wait_timeout(ring, cqe, wait_nr, ts, sigmask);
+	SCANNED(uring_scan(ring, &sc_), real_io_uring_submit_and_wait_timeout(ring, cqe, wait_nr, ts, sigmask));
 }
 
 EXPORT int io_uring_submit_and_get_events(struct io_uring *ring)
 {
 	LIBURING(io_uring_submit_and_get_events, -ENOSYS);
 
-	uring_scan(ring);
-	return real_io_uring_submit_and_get_events(ring);
+	SCANNED(uring_scan(ring, &sc_), real_io_uring_submit_and_get_events(ring));
 }
 
-/* Waits with a timeout may publish what the program queued (liburing
- * before IORING_FEAT_EXT_ARG puts its timeout in the queue behind them). */
+/* Waits with a timeout publish what the program queued only where
+ * liburing puts its timeout in the queue behind them (waits_submit). */
 EXPORT int io_uring_wait_cqes(struct io_uring *ring, struct io_uring_cqe **cqe,
                               unsigned wait_nr, struct __kernel_timespec *ts, sigset_t *sigmask)
 {
 	LIBURING(io_uring_wait_cqes, -ENOSYS);
 
-	uring_scan(ring);
-	return real_io_uring_wait_cqes(ring, cqe, wait_nr, ts, sigmask);
+	if (!ts || !waits_submit(ring))
+		return real_io_uring_wait_cqes(ring, cqe, wait_nr, ts, sigmask);
+	SCANNED(uring_scan(ring, &sc_), real_io_uring_wait_cqes(ring, cqe, wait_nr, ts, sigmask));
 }
 
 EXPORT int io_uring_wait_cqe_timeout(struct io_uring *ring, struct io_uring_cqe **cqe,
@@ -503,8 +638,9 @@ EXPORT int io_uring_wait_cqe_timeout(struct io_uring *ring, struct io_uring_cqe 
 {
 	LIBURING(io_uring_wait_cqe_timeout, -ENOSYS);
 
-	uring_scan(ring);
-	return real_io_uring_wait_cqe_timeout(ring, cqe, ts);
+	if (!ts || !waits_submit(ring))
+		return real_io_uring_wait_cqe_timeout(ring, cqe, ts);
+	SCANNED(uring_scan(ring, &sc_), real_io_uring_wait_cqe_timeout(ring, cqe, ts));
 }
 
 EXPORT int __io_uring_get_cqe(struct io_uring *ring, struct io_uring_cqe **cqe,
@@ -512,9 +648,9 @@ EXPORT int __io_uring_get_cqe(struct io_uring *ring, struct io_uring_cqe **cqe,
 {
 	LIBURING(__io_uring_get_cqe, -ENOSYS);
 
-	if (submit)
-		uring_scan(ring);
-	return real___io_uring_get_cqe(ring, cqe, submit, wait_nr, sigmask);
+	if (!submit)
+		return real___io_uring_get_cqe(ring, cqe, submit, wait_nr, sigmask);
+	SCANNED(uring_scan(ring, &sc_), real___io_uring_get_cqe(ring, cqe, submit, wait_nr, sigmask));
 }
 
 EXPORT int io_uring_enter(unsigned fd, unsigned to_submit, unsigned min_complete,
@@ -522,9 +658,9 @@ EXPORT int io_uring_enter(unsigned fd, unsigned to_submit, unsigned min_complete
 {
 	LIBURING(io_uring_enter, -ENOSYS);
 
-	if (to_submit)
-		uring_scan_published((int)fd);
-	return real_io_uring_enter(fd, to_submit, min_complete, flags, sig);
+	if (!to_submit)
+		return real_io_uring_enter(fd, to_submit, min_complete, flags, sig);
+	SCANNED(uring_scan_published((int)fd, &sc_), real_io_uring_enter(fd, to_submit, min_complete, flags, sig));
 }
 
 EXPORT int io_uring_enter2(unsigned fd, unsigned to_submit, unsigned min_complete,
@@ -532,9 +668,9 @@ EXPORT int io_uring_enter2(unsigned fd, unsigned to_submit, unsigned min_complet
 {
 	LIBURING(io_uring_enter2, -ENOSYS);
 
-	if (to_submit)
-		uring_scan_published((int)fd);
-	return real_io_uring_enter2(fd, to_submit, min_complete, flags, sig, sz);
+	if (!to_submit)
+		return real_io_uring_enter2(fd, to_submit, min_complete, flags, sig, sz);
+	SCANNED(uring_scan_published((int)fd, &sc_), real_io_uring_enter2(fd, to_submit, min_complete, flags, sig, sz));
 }
 
 EXPORT int io_uring_register_files(struct io_uring *ring, const int *files, unsigned n)

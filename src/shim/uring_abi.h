@@ -39,6 +39,7 @@ struct lib_uring {
 	struct lib_uring_cq cq;
 	unsigned flags;                 /* IORING_SETUP_* */
 	int ring_fd;
+	unsigned features;              /* IORING_FEAT_* */
 };
 
 /* liburing's functions, as it declares them (struct io_uring is opaque here). */

@@ -16,6 +16,15 @@
  *                              fixed-file reads and writes
  *
  * Echoes until EOF; exit status 0 when every call did what it should.
+ * Two more print what their completions said, to compare with the kernel's
+ * own answers on plain TCP (test_io_uring.py runs both):
+ *
+ *   iouring_peer PORT chain    reads of 1000 bytes, each linked to a write
+ *                              of them to a file, until one is short (the
+ *                              kernel cancels the write behind it)
+ *   iouring_peer PORT sendclose  reads the request with libc to its end, then
+ *                              one batch: a send of the request back, linked
+ *                              to a close of the socket
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -100,6 +109,57 @@ static int echo_libc(int fd, int file)
 	return n < 0;
 }
 
+/* Submit what is queued and print each completion (user_data, result). */
+static void complete_all(int n)
+{
+	struct io_uring_cqe *cqe;
+
+	io_uring_submit(&ring);
+	for (int i = 0; i < n && io_uring_wait_cqe(&ring, &cqe) == 0; i++) {
+		printf("cqe %llu %d\n", (unsigned long long)cqe->user_data, cqe->res);
+		io_uring_cqe_seen(&ring, cqe);
+	}
+}
+
+static int chain(int fd)
+{
+	static char buf[1000];
+	FILE *f = tmpfile();
+	int out = f ? fileno(f) : -1;
+
+	for (int round = 0; round < 8 && out >= 0; round++) {
+		struct io_uring_sqe *rd = io_uring_get_sqe(&ring), *wr = io_uring_get_sqe(&ring);
+
+		io_uring_prep_read(rd, fd, buf, sizeof(buf), 0);
+		rd->flags |= IOSQE_IO_LINK;
+		rd->user_data = 1;
+		io_uring_prep_write(wr, out, buf, sizeof(buf), -1);
+		wr->user_data = 2;
+		complete_all(2);
+	}
+	printf("file %ld\n", out >= 0 ? (long)lseek(out, 0, SEEK_END) : -1L);
+	return 0;
+}
+
+static int send_close(int fd)
+{
+	static char buf[1 << 20];
+	struct io_uring_sqe *sqe;
+	ssize_t n, got = 0;
+
+	while (got < (ssize_t)sizeof(buf) && (n = read(fd, buf + got, sizeof(buf) - (size_t)got)) > 0)
+		got += n;
+	sqe = io_uring_get_sqe(&ring);
+	io_uring_prep_send(sqe, fd, buf, (size_t)got, 0);
+	sqe->flags |= IOSQE_IO_LINK;
+	sqe->user_data = 1;
+	sqe = io_uring_get_sqe(&ring);
+	io_uring_prep_close(sqe, fd);
+	sqe->user_data = 2;
+	complete_all(2);
+	return 0;
+}
+
 static int serve(int fd, const char *mode)
 {
 	struct io_uring_sqe *sqe;
@@ -111,7 +171,11 @@ static int serve(int fd, const char *mode)
 			return 1;
 		return ring_io(0, "hi\n", 3, 1, 1) != 3 || echo_ring(0, 1);
 	}
+	if (strcmp(mode, "sendclose") == 0)
+		return send_close(fd);
 	usleep(300 * 1000);     /* the client's first bytes are in the ring now */
+	if (strcmp(mode, "chain") == 0)
+		return chain(fd);
 	if (strcmp(mode, "socket") == 0)
 		return echo_ring(fd, 0);
 	sqe = io_uring_get_sqe(&ring);
@@ -127,7 +191,7 @@ int main(int argc, char **argv)
 	int one = 1, l, fd, rc;
 
 	if (argc != 3) {
-		fprintf(stderr, "usage: iouring_peer PORT files|socket|poll|fixed\n");
+		fprintf(stderr, "usage: iouring_peer PORT files|socket|poll|fixed|chain|sendclose\n");
 		return 2;
 	}
 	if (io_uring_queue_init(8, &ring, 0) < 0) {
@@ -145,7 +209,8 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	fd = accept(l, NULL, NULL);
 	rc = serve(fd, argv[2]);
-	close(fd);
+	if (strcmp(argv[2], "sendclose") != 0)
+		close(fd);
 	io_uring_queue_exit(&ring);
 	if (rc)
 		fprintf(stderr, "iouring_peer %s: failed\n", argv[2]);

@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -71,9 +72,53 @@ def test_socket_through_io_uring_moves_first(reg, procs, mode):
     assert st["moved_by_reason"]["peer-moved"] == 1, st["moved_by_reason"]
 
 
+SEND_SHUT = r"""
+import hashlib, socket, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+data = bytes((i * 7 + 3) & 255 for i in range(n))
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(data)
+s.shutdown(socket.SHUT_WR)
+got = b""
+while True:
+    d = s.recv(65536)
+    if not d:
+        break
+    got += d
+print(len(got), hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest())
+"""
+
+
+def completions(reg, procs, mode, nbytes, smclo):
+    port = free_port()
+    srv = procs.start([str(PEER), str(port), mode], reg.env, smclo=smclo, text=True)
+    wait_port(port, proc=srv)
+    cmd = [PY, "-c", SEND_SHUT, str(port), str(nbytes)]
+    r = reg.run(cmd, timeout=60) if smclo else subprocess.run(cmd, capture_output=True,
+                                                               text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out, _ = srv.communicate(timeout=20)
+    return out.splitlines()[1:], r.stdout.split()     # after "ready"
+
+
+@pytest.mark.parametrize("mode,nbytes", [("chain", 1500), ("sendclose", 100000)])
+def test_completions_as_the_kernels(reg, procs, mode, nbytes):
+    """What each completion says, as on plain TCP: a read answered from the
+    ring that comes up short fails its link (the write behind it cancelled);
+    a send and a close of the connection in one batch run in order."""
+    kernel = completions(reg, procs, mode, nbytes, smclo=False)
+    ours = completions(reg, procs, mode, nbytes, smclo=True)
+    assert ours == kernel
+    st = reg.stats()
+    assert st["accelerated"] == 2 and st["moved_by_reason"]["io-uring"] == 1, st
+
+
 RAW_RING_SERVER = r"""
 import ctypes, socket, sys
 libc = ctypes.CDLL(None, use_errno=True)
+if len(sys.argv) > 2:               # a ring through liburing first, and gone
+    import uring_ctypes
+    uring_ctypes.Ring().close()
 params = ctypes.create_string_buffer(120)
 ring = libc.syscall(425, 4, params)        # io_uring_setup, not liburing
 assert ring >= 0, ctypes.get_errno()
@@ -91,9 +136,12 @@ while True:
 """
 
 
-def test_ring_not_made_by_liburing_declines(reg, procs):
+@pytest.mark.parametrize("after_liburing", [False, True])
+def test_ring_not_made_by_liburing_declines(reg, procs, after_liburing):
+    """A raw ring - also one that takes the number a liburing ring had."""
     port = free_port()
-    srv = procs.start([PY, "-c", RAW_RING_SERVER, str(port)], reg.env)
+    srv = procs.start([PY, "-c", RAW_RING_SERVER, str(port)] + ["x"] * after_liburing, reg.env,
+                      cwd=str(Path(__file__).parent))
     wait_port(port, proc=srv)
     r = reg.run([PY, "-c", CLIENT, str(port), "0"], timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "match", r.stdout + r.stderr

@@ -44,6 +44,7 @@ static void test_layout(void)
 	CHECK(SAME(sq.sqe_tail));
 	CHECK(SAME(flags));
 	CHECK(SAME(ring_fd));
+	CHECK(SAME(features));
 }
 
 /* Two submissions liburing filled and has not published: where the
