@@ -9,6 +9,7 @@
 #include "hs_internal.h"
 
 #include "io.h"
+#include "iov.h"
 #include "pairs.h"
 #include "payoff.h"
 #include "peerid.h"
@@ -521,37 +522,6 @@ void hs_resolve(int fd, struct conn *c, size_t reading)
 
 #define PREFIX_IOV_MAX 64      /* pieces of a first write sent as one (on the stack) */
 
-/* The first @max bytes of @iov (@n entries) as @out; its entries. */
-static int iov_head(const struct iovec *iov, int n, size_t max, struct iovec *out)
-{
-	int k = 0;
-
-	for (int i = 0; i < n && max > 0; i++, k++) {
-		out[k] = iov[i];
-		if (out[k].iov_len > max)
-			out[k].iov_len = max;
-		max -= out[k].iov_len;
-	}
-	return k;
-}
-
-/* @iov (@n entries) past its first @skip bytes, as @out; its entries. */
-static int iov_tail(const struct iovec *iov, int n, size_t skip, struct iovec *out)
-{
-	int k = 0;
-
-	for (int i = 0; i < n; i++) {
-		if (skip >= iov[i].iov_len) {
-			skip -= iov[i].iov_len;
-			continue;
-		}
-		out[k].iov_base = (char *)iov[i].iov_base + skip;
-		out[k++].iov_len = iov[i].iov_len - skip;
-		skip = 0;
-	}
-	return k;
-}
-
 /*
  * The rest of a blocking first write after its head went over TCP: the
  * server, woken, decides now, and the rest follows as the decision says.
@@ -560,7 +530,7 @@ static ssize_t prefix_rest(int fd, struct conn *c, const struct iovec *iov, int 
                            int flags)
 {
 	struct iovec tail[PREFIX_IOV_MAX];
-	int tn = iov_tail(iov, n, skip, tail);
+	int tn = iov_tail(iov, n, skip, tail, PREFIX_IOV_MAX);
 	struct msghdr m = { .msg_iov = tail, .msg_iovlen = (size_t)tn };
 
 	hs_resolve(fd, c, 0);
@@ -582,7 +552,7 @@ int hs_send_prefix(int fd, const struct iovec *iov, int n, int flags, ssize_t *s
 {
 	struct conn *c;
 	struct iovec head[PREFIX_IOV_MAX];
-	size_t total = 0;
+	size_t total;
 	int hn, blocking;
 	ssize_t k, rest;
 
@@ -595,8 +565,7 @@ int hs_send_prefix(int fd, const struct iovec *iov, int n, int flags, ssize_t *s
 		conn_put(c);
 		return 0;
 	}
-	for (int i = 0; i < n; i++)
-		total += iov[i].iov_len;
+	total = iov_total(iov, n);
 	if (total == 0) {               /* TCP sends nothing either */
 		conn_put(c);
 		*sent = 0;
@@ -604,7 +573,7 @@ int hs_send_prefix(int fd, const struct iovec *iov, int n, int flags, ssize_t *s
 	}
 	/* at most what the socket takes at once: the server reads none of it
 	 * before it has all of it, and a blocking send would wait for it */
-	hn = iov_head(iov, n, PENDING_MAX, head);
+	hn = iov_head(iov, n, PENDING_MAX, head, PREFIX_IOV_MAX);
 	blocking = !(flags & MSG_DONTWAIT) && !(sys_fcntl(fd, F_GETFL, 0) & O_NONBLOCK);
 	k = tx_send_prefix(c, fd, head, hn, flags | MSG_DONTWAIT);
 	if (k == -EALREADY || (k == -EAGAIN && blocking)) {

@@ -6,21 +6,12 @@
  */
 #include "shim.h"
 
+#include "iov.h"
 #include "passfd.h"
 
 #include <sys/sendfile.h>
 
 /* ---- receiving ---------------------------------------------------------- */
-
-/* What a read of @iov asks for: its size, for the decision (shim_conn_reading). */
-static size_t iov_size(const struct iovec *iov, int n)
-{
-	size_t t = 0;
-
-	for (int i = 0; i < n; i++)
-		t += iov[i].iov_len;
-	return t;
-}
 
 /*
  * More vectors than the kernel takes (IOV_MAX): the program's own call on
@@ -37,10 +28,38 @@ static int iov_count_refused(int n)
 static ssize_t recv_discard(struct conn *c, int fd, const struct iovec *iov, int n, int flags)
 {
 	char scratch[8192];
-	size_t want = iov_size(iov, n);
+	size_t want = iov_total(iov, n);
 	struct iovec s = { scratch, want < sizeof(scratch) ? want : sizeof(scratch) };
 
 	return rx_recv(c, fd, &s, 1, flags & ~MSG_TRUNC);
+}
+
+/*
+ * After a move, the ring's last bytes and TCP's first are one stream: a
+ * read the ring answered short (its last bytes) goes on with what TCP has
+ * (which stops at an urgent mark, as one TCP read would), and MSG_WAITALL
+ * waits there for the rest.  Not in a sandboxed process: its filter allows
+ * the program's own calls only, and this would be one more.
+ */
+static ssize_t recv_tcp_rest(struct conn *c, int fd, const struct iovec *iov, int n,
+                             ssize_t got, int flags)
+{
+	struct iovec tail[64];
+	struct msghdr m = { .msg_iov = tail };
+	ssize_t k;
+
+	int at_mark = 0;
+
+	if ((size_t)got >= iov_total(iov, n) || hs_sandboxed() ||
+	    hs_moved_follow(c))
+		return got;     /* the whole read, or the ring has more */
+	/* at an urgent mark TCP's read would have stopped too, where a read
+	 * of our own would go on past it */
+	if (sys_ioctl(fd, SIOCATMARK, &at_mark) == 0 && at_mark)
+		return got;
+	m.msg_iovlen = (size_t)iov_tail(iov, n, (size_t)got, tail, 64);
+	k = sys_recvmsg(fd, &m, (flags & MSG_WAITALL) ? flags : flags | MSG_DONTWAIT);
+	return k > 0 ? got + k : got;
 }
 
 /*
@@ -74,6 +93,8 @@ static ssize_t recv_iov(struct conn *c, int fd, const struct iovec *iov, int n, 
 	 * still answers (an end the peer published there first) comes first */
 	if (r == SHIM_MOVED && hs_moved_follow(c))
 		r = rx_recv(c, fd, iov, n, flags);
+	if (r > 0 && move_seen(c))
+		r = recv_tcp_rest(c, fd, iov, n, r, flags);
 	conn_put(c);
 	return r;
 }
@@ -117,7 +138,7 @@ EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 {
 	REAL(readv);
-	struct conn *c = shim_conn_reading(fd, n > 0 ? iov_size(iov, n) : 0, 0);
+	struct conn *c = shim_conn_reading(fd, n > 0 ? iov_total(iov, n) : 0, 0);
 
 	if (c)
 		RECV_OR(c, fd, iov, n, 0, real_readv(fd, iov, n));
@@ -184,7 +205,7 @@ EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 {
 	REAL(recvmsg);
 	struct conn *c = shim_conn_reading(fd, m->msg_iovlen > 0 && m->msg_iovlen < 1024 ?
-	                                   iov_size(m->msg_iov, (int)m->msg_iovlen) : 0, flags);
+	                                   iov_total(m->msg_iov, (int)m->msg_iovlen) : 0, flags);
 	ssize_t r;
 
 	if (!c)         /* descriptors passed to us may be connections */

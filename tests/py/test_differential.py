@@ -54,7 +54,6 @@ KNOWN = {
     **known("5. shutdown(SHUT_RD)", """shut-rd-wakes-blocked-recv shut-rdwr-wakes-blocked-recv
         shut-rdwr-both-ends-see"""),
     **known("6. close() while another thread reads", "close-while-other-thread-in-recv"),
-    **known("7. reads across the move of urgent data", "sigurg-and-sigio"),
 }
 
 
