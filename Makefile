@@ -34,7 +34,8 @@ TEST_DEBS = redis-server redis-tools nginx-light wrk iperf3 sockperf curl socat 
             clang cppcheck python3-prometheus-client dpkg-dev lintian fakeroot \
             memcached mosquitto mosquitto-clients systemd pgbouncer apache2 apache2-utils \
             php-fpm varnish openssh-server openssh-client rsync git libseccomp-dev \
-            mariadb-server mariadb-client
+            mariadb-server mariadb-client \
+            podman runc catatonit netavark iptables mmdebstrap
 
 .PHONY: all build release demo test unit pytest deps clean bench soak lint sanitize fuzz fuzz-smoke \
         install uninstall deb

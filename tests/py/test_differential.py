@@ -43,7 +43,7 @@ KNOWN = {
     **known("1. direct connections have no TCP connection beneath", """
         opt-so-reuseaddr opt-so-sndbuf opt-tcp-maxseg opt-tcp-window-clamp opt-ip-mtu
         opt-ipv6-v6only opt-ip-on-inet6 opt-accepted-inherits-listener
-        sigurg-with-owner sigurg-without-owner urgent-byte urgent-inline
+        sigurg-with-owner sigurg-without-owner sigurg-and-sigio urgent-byte urgent-inline
         urgent-select-exception-set urgent-epoll-pri urgent-peek-and-second-byte
         urgent-both-directions-then-bulk opt-tcp-info opt-tcp-info-after-shutdown""",
             ("direct",)),
