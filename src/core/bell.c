@@ -68,8 +68,10 @@ static int bell_send_fds(struct conn *c, int fd, int only_if_unread, const int *
 	if (bell_message(fd, fds, nfds) < 0) {
 		int e = errno;
 		atomic_store_explicit(&c->tx->bell_seq, seq, memory_order_seq_cst);
-		/* after a move the doorbell socket is shut down on purpose */
-		if ((e == EPIPE || e == ECONNRESET) && !move_flagged(c))
+		/* after a move the doorbell socket is shut down on purpose, and
+		 * a reader that shut down reading shut it for our doorbells */
+		if ((e == EPIPE || e == ECONNRESET) && !move_flagged(c) &&
+		    !atomic_load_explicit(&c->rx->rd_shut, memory_order_seq_cst))
 			atomic_fetch_or(&sh->flags, SH_PEER_GONE | SH_PEER_SHUT);
 		return -e;
 	}
@@ -132,6 +134,20 @@ static uint64_t bells_outstanding(struct conn *c)
 	return c->sh->bell_seq - atomic_load_explicit(&c->rx->bells_drained, memory_order_relaxed);
 }
 
+/*
+ * A reader with SO_RCVLOWAT above 1 sleeps through a doorbell that told it
+ * of fewer bytes (poll and epoll do not report it readable): the next one
+ * goes when its unread bytes reach the mark.  The mark is the reader's word
+ * in its own header: any value only chooses when we ring.
+ */
+static int lowat_reached(struct conn *c, uint64_t peer_cons)
+{
+	uint64_t lowat = atomic_load_explicit(&c->rx->lowat, memory_order_relaxed);
+
+	return lowat > 1 && c->sh->prod - peer_cons >= lowat &&
+	       c->sh->bell_last_val - peer_cons < lowat;
+}
+
 void bell_after_produce(struct conn *c, int fd)
 {
 	struct conn_shared *sh = c->sh;
@@ -147,7 +163,7 @@ void bell_after_produce(struct conn *c, int fd)
 	peer_cons = atomic_load_explicit(&c->rx->cons, memory_order_seq_cst);
 	if (sh->bell_seq != 0 && sh->bell_last_val > peer_cons &&
 	    (!atomic_load_explicit(&c->rx->bell_each, memory_order_relaxed) ||
-	     bells_outstanding(c) >= BELL_EACH_MAX))
+	     bells_outstanding(c) >= BELL_EACH_MAX) && !lowat_reached(c, peer_cons))
 		return;                 /* our last doorbell is still live */
 	if (peer_cons == sh->prod)
 		return;                 /* the reader already took everything */
@@ -315,7 +331,19 @@ static ssize_t bell_take(struct conn *c, int fd, char *b)
 	return n;
 }
 
+static void drain(struct conn *c, int fd, int keep_one, int live);
+
 void bell_drain(struct conn *c, int fd, int keep_one)
+{
+	drain(c, fd, keep_one, 0);
+}
+
+void bell_drain_live(struct conn *c, int fd)
+{
+	drain(c, fd, 0, 1);
+}
+
+static void drain(struct conn *c, int fd, int keep_one, int live)
 {
 	struct conn_shared *sh = c->sh;
 	int in_flight_waits = 0, drained = 0;
@@ -338,7 +366,7 @@ void bell_drain(struct conn *c, int fd, int keep_one)
 		/* an entry older than the log was overwritten: its data is older still */
 		val = seq - i > BELL_LOG ? 0 :
 		      atomic_load_explicit(&c->rx->bell_val[i % BELL_LOG], memory_order_relaxed);
-		if (!keep_one && val > sh->cons)
+		if (!keep_one && !live && val > sh->cons)
 			break;                          /* live: covers unread data */
 		n = bell_take(c, fd, &b);
 		if (n < 0 && errno == EAGAIN) {

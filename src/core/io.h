@@ -73,6 +73,9 @@ void bell_fill(struct conn *c, int fd);
 /* Block until the peer drains doorbells (0), or -errno; honours SO_SNDTIMEO. */
 int bell_wait_writable(int fd, int dontwait);
 void bell_drain(struct conn *c, int fd, int keep_one);
+/* The same, live ones too: a reader under SO_RCVLOWAT whose unread bytes
+ * are below the mark (the writer rings again when they reach it). */
+void bell_drain_live(struct conn *c, int fd);
 /*
  * Hand our pool's @memfd and @wakefd to the peer with one doorbell (it
  * stands for our producer cursor as any other).  0 or -errno.
@@ -260,23 +263,49 @@ static inline int rx_has_unread(struct conn *c)
 	return rx_prod_now(c) != __atomic_load_n(&c->sh->cons, __ATOMIC_RELAXED);
 }
 
-/*
- * Readable by what the ring holds: bytes, or - once this process follows a
- * move to TCP (move.c) - the end the peer published there before it, which
- * no FIN may ever say on TCP.
- */
+/* SO_RCVLOWAT: unread bytes that make the connection readable (1 unless set). */
+static inline uint64_t rx_lowat(const struct conn *c)
+{
+	uint32_t v = atomic_load_explicit(&c->sh->rcvlowat, memory_order_relaxed);
+
+	return v ? v : 1;
+}
+
+/* Readable for poll, select and epoll: SO_RCVLOWAT's bytes, as TCP's. */
+static inline int rx_lowat_met(const struct conn *c)
+{
+	uint64_t n = rx_prod_now(c) - __atomic_load_n(&c->sh->cons, __ATOMIC_RELAXED);
+
+	return n && n >= rx_lowat(c);
+}
+
+/* Once this process follows a move to TCP (move.c): the end the peer
+ * published in the ring before it, which no FIN may ever say on TCP. */
+static inline int rx_ring_end_left(struct conn *c)
+{
+	return atomic_load_explicit(&c->moved_here, memory_order_relaxed) &&
+	       (atomic_load_explicit(&c->rx->flags, memory_order_acquire) &
+	        (RING_F_SHUTDOWN | RING_F_CLOSED | RING_F_ABORT));
+}
+
+/* What the ring still holds for a read: bytes, or such an end. */
+static inline int rx_ring_holds(struct conn *c)
+{
+	return rx_has_unread(c) || rx_ring_end_left(c);
+}
+
+/* Readable by what the ring holds, for poll, select and epoll (SO_RCVLOWAT). */
 static inline int rx_ring_readable(struct conn *c)
 {
-	return rx_has_unread(c) || (atomic_load_explicit(&c->moved_here, memory_order_relaxed) &&
-	                            (atomic_load_explicit(&c->rx->flags, memory_order_acquire) &
-	                             (RING_F_SHUTDOWN | RING_F_CLOSED | RING_F_ABORT)));
+	return rx_lowat_met(c) || rx_ring_end_left(c);
 }
 
 /*
- * The kernel says @fd is readable: if the ring is empty and the stream not
- * ended, that can only be doorbells that arrived after their bytes were read
- * (epoll_watch.c reads without waiting for them).  Consume them; returns 1 if
- * nothing readable is left, 0 otherwise.
+ * The kernel says @fd is readable: if the ring holds fewer bytes than
+ * SO_RCVLOWAT (1: it is empty) and the stream has not ended, that can only
+ * be doorbells - for bytes read already (epoll_watch.c reads without waiting
+ * for them), or too few to count.  Consume them; returns 1 if nothing
+ * readable is left, 0 otherwise.
  */
 int rx_settle_bells(struct conn *c, int fd);
 /* Validated peer producer cursor; marks the connection broken if invalid. */
@@ -327,6 +356,10 @@ int tcpend_peer_closed(const struct conn *c);
 int tcpend_discard_write(struct conn *c);
 uint32_t tcpend_hangup_flags(const struct conn *c, short revents);
 short tcpend_poll_events(struct conn *c, short revents, short events);
+/* Shut down both ways now: the peer's bytes from here on draw a reset and
+ * are never read (tcpend_readable_prod caps a reader's view at them). */
+void tcpend_both_shut(struct conn *c);
+uint64_t tcpend_readable_prod(const struct conn *c, uint64_t prod);
 
 /* close.c */
 /* shutdown() on @c: 0 or -errno. */

@@ -552,7 +552,10 @@ struct rx_call {
 	int iovcnt;
 	int peek, waitall, dontwait;
 	size_t total, got;
-	long long deadline;     /* SO_RCVTIMEO's end for a MSG_WAITALL call, or 0 */
+	size_t target;          /* what it waits for: SO_RCVLOWAT's bytes, or all of them */
+	uint64_t lowat;
+	long long deadline;     /* SO_RCVTIMEO's end for a MSG_WAITALL call (or one under
+	                           SO_RCVLOWAT), or 0 */
 };
 
 #define RX_STOP (-1)    /* rx_recv_step: done, with what it got */
@@ -595,9 +598,22 @@ static int rx_recv_take(struct conn *c, int fd, struct rx_call *k, uint64_t prod
 	k->got += (size_t)n;
 	if (!k->peek)
 		rx_took(c, fd, &at, prod, (size_t)n);
-	if (k->got == k->total || !k->waitall)
+	if (k->got == k->total || (!k->waitall && k->got >= k->target))
 		return RX_STOP;
 	return k->peek ? rx_peek_all(c, fd, k, prod) : 0;
+}
+
+/*
+ * SO_RCVLOWAT: a blocking read that took fewer bytes than the mark waits
+ * until the bytes it has not taken reach it, as TCP wakes its reader only
+ * then (tcp_data_ready) - an end, a timeout or a signal first, and it
+ * returns what it took.  RX_STOP, or 0 to look again.
+ */
+static int rx_lowat_wait(struct conn *c, int fd, struct rx_call *k, uint64_t prod)
+{
+	if (interrupted || rx_past_deadline(k))
+		return RX_STOP;
+	return rx_wait_more(c, fd, prod) == 0 ? 0 : RX_STOP;
 }
 
 /*
@@ -613,10 +629,14 @@ static int rx_recv_step(struct conn *c, int fd, struct rx_call *k, int *idle_loo
 
 	if (rx_peer_prod(c, &prod) < 0)
 		return ECONNRESET;
+	prod = tcpend_readable_prod(c, prod);
 	/* after shutdown(SHUT_RD) Linux still hands out what arrives; an empty
-	 * queue reads as the end (rx_end_state) */
+	 * queue reads as the end (rx_end_state) - unless writing is shut too:
+	 * then what arrives draws a reset, unread (tcpend_both_shut) */
 	if (prod != c->sh->cons) {
 		*idle_loops = 0;        /* bytes came: the doorbells matched */
+		if (k->got && prod - c->sh->cons < k->lowat && !rx_end_state(c, pf))
+			return rx_lowat_wait(c, fd, k, prod);
 		return rx_recv_take(c, fd, k, prod);
 	}
 	end = rx_end_read(c, pf);
@@ -631,7 +651,7 @@ static int rx_recv_step(struct conn *c, int fd, struct rx_call *k, int *idle_loo
 		if (!k->got)
 			return EXDEV;   /* the caller reads the TCP socket */
 	}
-	if (end || (k->got && !k->waitall))
+	if (end || (k->got >= k->target && !k->waitall))
 		return RX_STOP;
 	if (rx_past_deadline(k))
 		return k->got ? RX_STOP : EAGAIN;
@@ -652,7 +672,9 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 	k.waitall = (flags & MSG_WAITALL) != 0;
 	k.dontwait = (flags & MSG_DONTWAIT) ||
 	             atomic_load_explicit(&sh->nonblock, memory_order_relaxed);
-	if (k.waitall && !k.dontwait && (timeo = io_rcvtimeo_ms(c, fd)) > 0)
+	/* a peek or a read that may not wait takes what there is */
+	k.lowat = k.dontwait || k.peek ? 1 : rx_lowat(c);
+	if ((k.waitall || k.lowat > 1) && !k.dontwait && (timeo = io_rcvtimeo_ms(c, fd)) > 0)
 		k.deadline = mono_now_ms() + timeo;
 	if (flags & MSG_OOB)
 		return -EINVAL;
@@ -664,6 +686,7 @@ ssize_t rx_recv(struct conn *c, int fd, const struct iovec *iov, int iovcnt, int
 		k.total += iov[i].iov_len;
 	if (k.total == 0)
 		return 0;
+	k.target = k.lowat < k.total ? (size_t)k.lowat : k.total;
 	if (io_lock(&sh->rx_lock, &c->rx_hold, k.dontwait) < 0)
 		return -EAGAIN;         /* another thread's peek */
 	while ((err = rx_recv_step(c, fd, &k, &idle_loops)) == 0)
@@ -919,9 +942,12 @@ int rx_settle_bells(struct conn *c, int fd)
 	if (atomic_load_explicit(&c->rx_hold.thread, memory_order_relaxed))
 		return 0;               /* a peek holds bytes (and the lock): readable */
 	shared_lock(&sh->rx_lock);
-	if (rx_peer_prod(c, &prod) == 0 && prod == sh->cons &&
+	if (rx_peer_prod(c, &prod) == 0 && prod - sh->cons < rx_lowat(c) &&
 	    rx_end_state(c, atomic_load_explicit(&c->rx->flags, memory_order_acquire)) == 0) {
-		bell_drain(c, fd, 0);
+		if (prod == sh->cons)
+			bell_drain(c, fd, 0);
+		else
+			bell_drain_live(c, fd);     /* too few: the writer rings at the mark */
 		idle = sys_recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && errno == EAGAIN;
 	}
 	shared_unlock(&sh->rx_lock);

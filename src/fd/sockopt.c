@@ -159,6 +159,18 @@ static void sockopt_linger_set(struct conn *c, const void *val)
 		atomic_fetch_and(&c->sh->flags, ~SH_LINGER_ABORT);
 }
 
+/* SO_RCVLOWAT, as the kernel took it (a negative mark is INT_MAX, 0 is 1):
+ * the rings' readers honour it, and the peer rings when it is reached. */
+static void sockopt_rcvlowat_set(struct conn *c, const void *val)
+{
+	int v;
+
+	memcpy(&v, val, sizeof(v));
+	v = v < 0 ? INT_MAX : v ? v : 1;
+	atomic_store(&c->sh->rcvlowat, (uint32_t)v);
+	atomic_store(&c->tx->lowat, (uint32_t)v);
+}
+
 int sockopt_set(struct conn *c, int fd, int level, int opt, const void *val, socklen_t len)
 {
 	int rc = sockopt_refused(level, opt);
@@ -176,6 +188,8 @@ int sockopt_set(struct conn *c, int fd, int level, int opt, const void *val, soc
 		atomic_store(&c->sh->rcvtimeo_ms, 0);
 	if (rc == 0 && level == SOL_SOCKET && opt == SO_LINGER)
 		sockopt_linger_set(c, val);
+	if (rc == 0 && level == SOL_SOCKET && opt == SO_RCVLOWAT)
+		sockopt_rcvlowat_set(c, val);
 	return rc;
 }
 

@@ -69,7 +69,7 @@ int hs_moved_follow(struct conn *c)
 	}
 	/* bytes left, or an end the peer published in the ring before the
 	 * move (no FIN on TCP may ever say it): the ring still answers */
-	unread = rx_ring_readable(c);
+	unread = rx_ring_holds(c);
 	if (!unread)
 		c->mode = MODE_TCP;     /* plain TCP to this process from now on */
 	return unread;

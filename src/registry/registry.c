@@ -4,6 +4,7 @@
 #include "registry.h"
 
 #include "config.h"
+#include "log.h"
 #include "peerinfo.h"
 #include "sys.h"
 
@@ -57,8 +58,9 @@ int registry_open_mappable(int dirfd, const char *path, uid_t owner)
 	/* root made it in a directory of another user's (a container's volume,
 	 * looked at from the host): the directory's owner's, or they could never
 	 * open it again.  Only a file root owns: nobody else can make one */
-	if (geteuid() == 0 && owner != 0 && fstat(fd, &st) == 0 && st.st_uid == 0)
-		fchown(fd, owner, (gid_t)-1);
+	if (geteuid() == 0 && owner != 0 && fstat(fd, &st) == 0 && st.st_uid == 0 &&
+	    fchown(fd, owner, (gid_t)-1) < 0)
+		DBG("%s: cannot give it to uid %u: %s", path, (unsigned)owner, strerror(errno));
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != owner ||
 	    (st.st_mode & 022)) {
 		sys_close(fd);

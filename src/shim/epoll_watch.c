@@ -84,6 +84,9 @@ struct watch_entry {
 	uint8_t watching;               /* we count in its ring's `watchers` */
 	uint8_t owed;                   /* unread bytes no kernel event will report */
 	uint8_t parked;                 /* deleted by the application, kept by the kernel */
+	uint8_t out_fresh;              /* added or modified: the kernel's first EPOLLOUT
+	                                   is the registration's own (out_edge_due) */
+	uint32_t nospace_seen;          /* conn_shared.nospace at its last EPOLLOUT edge */
 };
 
 struct watch_set {
@@ -258,10 +261,12 @@ static void entry_add(struct watch_set *s, int fd, const struct epoll_event *ev,
 	e->events = ev->events;
 	e->data = ev->data;
 	e->c = c;
+	e->out_fresh = 1;
+	e->nospace_seen = atomic_load(&c->sh->nospace);
 	c->watch_regs++;
 	if (ev->events & EPOLLET)
 		io_bell_each(c);
-	set_owed(s, e, rx_has_unread(c));  /* ADD reports what is there already */
+	set_owed(s, e, rx_lowat_met(c));  /* ADD reports what is there already */
 	fd_add_flags(fd, FDF_WATCHED);
 	if (s->awake)
 		entry_watch(s, e);
@@ -363,7 +368,7 @@ int epoll_watch_epfd_polled(int epfd)
 	mark_nested(epfd);
 	if ((s = set_lock(epfd))) {
 		for (int i = 0; i < s->n && s->n_owed && !ready; i++)
-			ready = s->e[i].owed && (s->e[i].events & EPOLLIN) && rx_has_unread(s->e[i].c);
+			ready = s->e[i].owed && (s->e[i].events & EPOLLIN) && rx_lowat_met(s->e[i].c);
 		pthread_mutex_unlock(&s->lock);
 	}
 	return ready;
@@ -374,12 +379,14 @@ static void entry_modify(struct watch_set *s, struct watch_entry *e, const struc
 	e->events = ev->events;
 	e->data = ev->data;
 	e->seen_prod = 0;               /* MOD re-arms: report what is there */
+	e->out_fresh = 1;
+	e->nospace_seen = atomic_load(&e->c->sh->nospace);
 	if (ev->events & EPOLLET)
 		io_bell_each(e->c);
 	if (e->watching && !watchable(s, e))
 		entry_unwatch(s, e);
 	if (!e->watching)
-		set_owed(s, e, rx_has_unread(e->c));
+		set_owed(s, e, rx_lowat_met(e->c));
 	if (s->awake)
 		entry_watch(s, e);
 }
@@ -622,6 +629,23 @@ static void rearm(struct watch_set *s, struct watch_entry *e)
  * consumed and the event dropped.  A real one is the edge for every byte
  * there now: an edge-triggered reader reads them all, so we report no other.
  */
+/*
+ * An edge-triggered EPOLLOUT with no input beside it is the doorbell socket
+ * getting room as the reader drains it - which it does in steps, each an
+ * edge.  TCP raises one only after a write found no room (SOCK_NOSPACE),
+ * and once after the registration was made: so do we.
+ */
+static int out_edge_due(struct watch_entry *e)
+{
+	uint32_t now = atomic_load_explicit(&e->c->sh->nospace, memory_order_relaxed);
+	int due = e->out_fresh || now != e->nospace_seen;
+
+	/* the room it reports is the room a write lacked: both are spent */
+	e->out_fresh = 0;
+	e->nospace_seen = now;
+	return due;
+}
+
 static uint32_t kernel_event(struct watch_set *s, epoll_data_t data, uint32_t events)
 {
 	struct watch_entry *e = NULL;
@@ -643,9 +667,12 @@ static uint32_t kernel_event(struct watch_set *s, epoll_data_t data, uint32_t ev
 		if (tcp)
 			events = tcp | (events & ~0xffffu);
 	}
+	if (e && e->c->mode == MODE_SHM && (e->events & EPOLLET) && (events & EPOLLOUT) &&
+	    !(events & EPOLLIN) && !out_edge_due(e))
+		events &= ~(uint32_t)(EPOLLOUT | EPOLLWRNORM);
 	if (!(events & EPOLLIN) || !e || e->c->watch_regs != 1)
 		return events;
-	if (!rx_has_unread(e->c) && !(events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) &&
+	if (!rx_lowat_met(e->c) && !(events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) &&
 	    rx_settle_bells(e->c, e->fd)) {
 		events &= ~(uint32_t)(EPOLLIN | EPOLLRDNORM);
 		/*
@@ -715,9 +742,8 @@ static int report_ready(struct watch_set *s, struct epoll_event *ev, int n, int 
 		if (!e->watching && !e->owed)
 			continue;
 		prod = rx_prod_now(e->c);
-		if (prod == __atomic_load_n(&e->c->sh->cons, __ATOMIC_RELAXED) &&
-		    !rx_ring_readable(e->c)) {
-			set_owed(s, e, 0);
+		if (!rx_ring_readable(e->c)) {
+			set_owed(s, e, 0);      /* empty, or under SO_RCVLOWAT's mark */
 			continue;
 		}
 		if (!(e->events & EPOLLIN) || ((e->events & EPOLLET) && prod == e->seen_prod))

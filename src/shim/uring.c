@@ -287,7 +287,7 @@ static void sqe_on_conn(struct io_uring_sqe *sqe, struct conn *c, int fd, struct
 		sqe_inject(sqe, -EOPNOTSUPP);
 		return;
 	}
-	if (!op_reads(sqe->opcode) || !rx_ring_readable(c)) {
+	if (!op_reads(sqe->opcode) || !rx_ring_holds(c)) {
 		conn_put(c);
 		return;         /* the TCP socket carries everything it will see */
 	}
@@ -380,7 +380,7 @@ static int sqe_splice(struct io_uring_sqe *sqe, const struct scan *sc)
 		sqe_inject(sqe, -EOPNOTSUPP);
 		return 1;
 	}
-	left = rx_ring_readable(c);
+	left = rx_ring_holds(c);
 	conn_put(c);
 	if (left && (sc->linked || (sqe->flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK))))
 		sqe_inject(sqe, -ECONNRESET);   /* as answer_read: the kernel decides links */
@@ -516,7 +516,7 @@ static int fixed_file_ok(int fd)
 	hs_resolve_fd(fd);
 	if (!(c = shim_conn_reading(fd, 0, MSG_DONTWAIT)))
 		return 1;
-	left = hs_move_now(c, fd, R_IO_URING) < 0 || rx_ring_readable(c);
+	left = hs_move_now(c, fd, R_IO_URING) < 0 || rx_ring_holds(c);
 	conn_put(c);
 	if (left)
 		DBG("fd %d: registered with io_uring with bytes left in its ring, or "
