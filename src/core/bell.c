@@ -68,10 +68,8 @@ static int bell_send_fds(struct conn *c, int fd, int only_if_unread, const int *
 	if (bell_message(fd, fds, nfds) < 0) {
 		int e = errno;
 		atomic_store_explicit(&c->tx->bell_seq, seq, memory_order_seq_cst);
-		/* after a move the doorbell socket is shut down on purpose, and
-		 * a reader that shut down reading shut it for our doorbells */
-		if ((e == EPIPE || e == ECONNRESET) && !move_flagged(c) &&
-		    !atomic_load_explicit(&c->rx->rd_shut, memory_order_seq_cst))
+		/* after a move the doorbell socket is shut down on purpose */
+		if ((e == EPIPE || e == ECONNRESET) && !move_flagged(c))
 			atomic_fetch_or(&sh->flags, SH_PEER_GONE | SH_PEER_SHUT);
 		return -e;
 	}
@@ -331,19 +329,21 @@ static ssize_t bell_take(struct conn *c, int fd, char *b)
 	return n;
 }
 
-static void drain(struct conn *c, int fd, int keep_one, int live);
+static void drain(struct conn *c, int fd, int keep_one, uint64_t live);
 
 void bell_drain(struct conn *c, int fd, int keep_one)
 {
 	drain(c, fd, keep_one, 0);
 }
 
-void bell_drain_live(struct conn *c, int fd)
+void bell_drain_live(struct conn *c, int fd, uint64_t lowat)
 {
-	drain(c, fd, 0, 1);
+	drain(c, fd, 0, lowat);
 }
 
-static void drain(struct conn *c, int fd, int keep_one, int live)
+/* @live: take doorbells for unread bytes too, all but those that say
+ * @live bytes are there (rung for a reader's SO_RCVLOWAT mark). */
+static void drain(struct conn *c, int fd, int keep_one, uint64_t live)
 {
 	struct conn_shared *sh = c->sh;
 	int in_flight_waits = 0, drained = 0;
@@ -368,6 +368,8 @@ static void drain(struct conn *c, int fd, int keep_one, int live)
 		      atomic_load_explicit(&c->rx->bell_val[i % BELL_LOG], memory_order_relaxed);
 		if (!keep_one && !live && val > sh->cons)
 			break;                          /* live: covers unread data */
+		if (live && val > sh->cons && val - sh->cons >= live)
+			break;                          /* rung for the mark: keeps us readable */
 		n = bell_take(c, fd, &b);
 		if (n < 0 && errno == EAGAIN) {
 			/* counted but not arrived: being sent right now, or taken back */

@@ -61,15 +61,7 @@ int close_shutdown(struct conn *c, int fd, int how)
 	if (how != SHUT_WR) {
 		atomic_fetch_or(&sh->flags, SH_SHUT_RD);
 		bell_wake_word(&c->tx->wake_seq);       /* our own reader, if asleep */
-		/* and one asleep on the doorbell socket: shut for reading, it is
-		 * readable for good, as TCP's socket is (tcp_poll); the peer's
-		 * doorbells fail from now on, which it knows for what it is */
-		atomic_store_explicit(&c->tx->rd_shut, 1, memory_order_seq_cst);
-		if (!move_flagged(c))
-			sys_shutdown(fd, SHUT_RD);
 	}
-	if (how != SHUT_WR && (atomic_load(&sh->flags) & SH_SHUT_WR))
-		tcpend_both_shut(c);
 	if (how != SHUT_RD) {
 		if (move_seen(c))
 			return -EXDEV;  /* the caller shuts the TCP socket down (move.c) */
@@ -84,8 +76,6 @@ int close_shutdown(struct conn *c, int fd, int how)
 			atomic_store(&c->tx->fin_prod, sh->prod);
 			atomic_fetch_or_explicit(&c->tx->flags, RING_F_SHUTDOWN, memory_order_seq_cst);
 			atomic_fetch_or(&sh->flags, SH_SHUT_WR);
-			if (atomic_load(&sh->flags) & SH_SHUT_RD)
-				tcpend_both_shut(c);
 		}
 		shared_unlock(&sh->tx_lock);
 		bell_wake_sleeper(c);

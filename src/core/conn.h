@@ -37,7 +37,6 @@
 #define SH_ABORT_AT_CLOSE 32u /* passed to a program that could not take it (passfd.c):
                                  the peer hears a reset when it ends, not an EOF */
 #define SH_LINGER_ABORT 128u  /* SO_LINGER {1, 0}: closing is an abort (a reset) */
-#define SH_BOTH_SHUT 256u   /* shut down both ways: shut_prod is set (tcpend.c) */
 
 struct conn_shared {
 	pthread_mutex_t tx_lock;        /* robust, process-shared */
@@ -67,8 +66,6 @@ struct conn_shared {
 	_Atomic uint32_t slot_state;    /* shared.c's bookkeeping */
 	_Atomic uint32_t reset;         /* reset, and the error still pending (tcpend.c) */
 	_Atomic uint32_t rcvlowat;      /* SO_RCVLOWAT as the program set it (0: 1) */
-	uint64_t shut_prod;             /* the peer's cursor when we had shut down both
-	                                   ways: bytes past it draw a reset (tcpend.c) */
 	_Atomic uint32_t nospace;       /* writes that found the ring full (TCP's
 	                                   SOCK_NOSPACE): the room after each is an
 	                                   edge-triggered EPOLLOUT (epoll_watch.c) */

@@ -75,7 +75,7 @@ int bell_wait_writable(int fd, int dontwait);
 void bell_drain(struct conn *c, int fd, int keep_one);
 /* The same, live ones too: a reader under SO_RCVLOWAT whose unread bytes
  * are below the mark (the writer rings again when they reach it). */
-void bell_drain_live(struct conn *c, int fd);
+void bell_drain_live(struct conn *c, int fd, uint64_t lowat);
 /*
  * Hand our pool's @memfd and @wakefd to the peer with one doorbell (it
  * stands for our producer cursor as any other).  0 or -errno.
@@ -356,10 +356,6 @@ int tcpend_peer_closed(const struct conn *c);
 int tcpend_discard_write(struct conn *c);
 uint32_t tcpend_hangup_flags(const struct conn *c, short revents);
 short tcpend_poll_events(struct conn *c, short revents, short events);
-/* Shut down both ways now: the peer's bytes from here on draw a reset and
- * are never read (tcpend_readable_prod caps a reader's view at them). */
-void tcpend_both_shut(struct conn *c);
-uint64_t tcpend_readable_prod(const struct conn *c, uint64_t prod);
 
 /* close.c */
 /* shutdown() on @c: 0 or -errno. */

@@ -554,6 +554,8 @@ struct rx_call {
 	size_t total, got;
 	size_t target;          /* what it waits for: SO_RCVLOWAT's bytes, or all of them */
 	uint64_t lowat;
+	int waited;             /* it found the ring empty and waited: under SO_RCVLOWAT
+	                           the kernel copies nothing until the mark is reached */
 	long long deadline;     /* SO_RCVTIMEO's end for a MSG_WAITALL call (or one under
 	                           SO_RCVLOWAT), or 0 */
 };
@@ -629,13 +631,11 @@ static int rx_recv_step(struct conn *c, int fd, struct rx_call *k, int *idle_loo
 
 	if (rx_peer_prod(c, &prod) < 0)
 		return ECONNRESET;
-	prod = tcpend_readable_prod(c, prod);
 	/* after shutdown(SHUT_RD) Linux still hands out what arrives; an empty
-	 * queue reads as the end (rx_end_state) - unless writing is shut too:
-	 * then what arrives draws a reset, unread (tcpend_both_shut) */
+	 * queue reads as the end (rx_end_state) */
 	if (prod != c->sh->cons) {
 		*idle_loops = 0;        /* bytes came: the doorbells matched */
-		if (k->got && prod - c->sh->cons < k->lowat && !rx_end_state(c, pf))
+		if ((k->got || k->waited) && prod - c->sh->cons < k->lowat && !rx_end_state(c, pf))
 			return rx_lowat_wait(c, fd, k, prod);
 		return rx_recv_take(c, fd, k, prod);
 	}
@@ -657,6 +657,7 @@ static int rx_recv_step(struct conn *c, int fd, struct rx_call *k, int *idle_loo
 		return k->got ? RX_STOP : EAGAIN;
 	if (rx_empty_before_wait(c, fd))
 		return 0;
+	k->waited = 1;
 	end = interrupted && !k->dontwait ? -EINTR :
 	      rx_wait(c, fd, k->dontwait, k->peek ? 0 : k->total - k->got, k->deadline);
 	end = rx_after_idle_wait(c, fd, end, idle_loops);
@@ -944,10 +945,14 @@ int rx_settle_bells(struct conn *c, int fd)
 	shared_lock(&sh->rx_lock);
 	if (rx_peer_prod(c, &prod) == 0 && prod - sh->cons < rx_lowat(c) &&
 	    rx_end_state(c, atomic_load_explicit(&c->rx->flags, memory_order_acquire)) == 0) {
-		if (prod == sh->cons)
+		if (prod == sh->cons) {
 			bell_drain(c, fd, 0);
-		else
-			bell_drain_live(c, fd);     /* too few: the writer rings at the mark */
+		} else {
+			/* too few: the writer rings at the mark, measured from the
+			 * cursor it sees - ours, published now */
+			publish_cons(c);
+			bell_drain_live(c, fd, rx_lowat(c));
+		}
 		idle = sys_recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && errno == EAGAIN;
 	}
 	shared_unlock(&sh->rx_lock);

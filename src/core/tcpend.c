@@ -45,25 +45,6 @@ static int tcpend_peer_died(const struct conn *c, uint32_t f, uint32_t pf)
 	return (f & SH_PEER_GONE) && !(pf & RING_F_CLOSED) && !move_flagged(c);
 }
 
-/* Shut down both ways (TCP's FIN_WAIT with RCV_SHUTDOWN): bytes the peer
- * sends from now on are answered with a reset (tcp_rcv_state_process). */
-void tcpend_both_shut(struct conn *c)
-{
-	c->sh->shut_prod = rx_prod_now(c);
-	atomic_fetch_or(&c->sh->flags, SH_BOTH_SHUT);
-}
-
-/* Bytes the peer sent after that: they drew the reset, and are not read. */
-static int tcpend_after_both_shut(const struct conn *c, uint32_t f)
-{
-	return (f & SH_BOTH_SHUT) && rx_prod_now(c) != c->sh->shut_prod && !move_flagged(c);
-}
-
-uint64_t tcpend_readable_prod(const struct conn *c, uint64_t prod)
-{
-	return (atomic_load(&c->sh->flags) & SH_BOTH_SHUT) ? c->sh->shut_prod : prod;
-}
-
 int tcpend_reset(struct conn *c)
 {
 	uint32_t f, pf;
@@ -72,7 +53,7 @@ int tcpend_reset(struct conn *c)
 		return 1;
 	f = atomic_load(&c->sh->flags);
 	pf = atomic_load_explicit(&c->rx->flags, memory_order_acquire);
-	if ((f & SH_BROKEN) || (pf & RING_F_ABORT) || tcpend_after_both_shut(c, f))
+	if ((f & SH_BROKEN) || (pf & RING_F_ABORT))
 		tcpend_latch(c, ECONNRESET);
 	else if (tcpend_peer_died(c, f, pf) &&
 	         atomic_load_explicit(&c->rx->cons, memory_order_acquire) != c->sh->prod)
@@ -145,14 +126,6 @@ uint32_t tcpend_hangup_flags(const struct conn *c, short revents)
 	 * hang-up is not the peer's end (move.c) */
 	if (move_flagged(c))
 		return 0;
-	/* nor is what our own shutdown(SHUT_RD) made it say: it is readable and,
-	 * shut for writing too, hung up; a peer gone shows where we write */
-	if (atomic_load(&c->sh->flags) & SH_SHUT_RD)
-		return 0;
-	/* a peer that shut down both ways hangs its doorbell socket up, alive */
-	if ((revents & POLLHUP) && atomic_load_explicit(&c->rx->rd_shut, memory_order_acquire) &&
-	    (atomic_load_explicit(&c->rx->flags, memory_order_acquire) & RING_F_SHUTDOWN))
-		return SH_PEER_SHUT;
 	/* a half-close ends only what we read; a hang-up ends both directions -
 	 * but a socket whose two ends both shut down writing hangs up too,
 	 * with the peer alive and maybe still reading what we sent (pool

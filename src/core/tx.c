@@ -88,6 +88,9 @@ static long tx_space(struct conn *c, int fd, uint32_t want, int dontwait)
 			continue;
 		}
 		if (!filled) {
+			/* counted first: the room the reader makes is an edge from
+			 * here on (epoll_watch.c), whoever's wait sees it */
+			atomic_fetch_add_explicit(&sh->nospace, 1, memory_order_relaxed);
 			bell_fill(c, fd);       /* our descriptor stops being writable */
 			filled = 1;
 			continue;
@@ -98,10 +101,8 @@ static long tx_space(struct conn *c, int fd, uint32_t want, int dontwait)
 		shared_lock(&sh->tx_lock);
 		if (r < 0 && move_seen(c))
 			return -EXDEV;  /* woken by a move (move.c): the rest goes over TCP */
-		if (r == -EAGAIN) {
-			atomic_fetch_add_explicit(&sh->nospace, 1, memory_order_relaxed);
+		if (r == -EAGAIN)
 			return 0;
-		}
 		if (r == -EPIPE) {
 			/* the peer hung up: how (a reset if it died with our bytes
 			 * unread) is tx_error's to say */

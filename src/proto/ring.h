@@ -81,9 +81,6 @@ struct ring_hdr {
 	_Atomic uint32_t bell_each;         /* 1: the owner wants a doorbell for every
 	                                       produce, as TCP raises an edge-triggered
 	                                       epoll event (or SIGIO) at every arrival */
-	_Atomic uint32_t rd_shut;           /* 1: the owner shut down reading, and its
-	                                       doorbell socket with it: a doorbell the peer
-	                                       sends fails with EPIPE, which is no hang-up */
 	_Atomic uint32_t lowat;             /* the owner's SO_RCVLOWAT (0, 1: none): it
 	                                       wants a doorbell when the bytes it has not
 	                                       read reach it, as TCP wakes its reader */
