@@ -277,16 +277,29 @@ static int op_without_fd(int op)
 	}
 }
 
-/* @sqe names connection @c (referenced) at @fd: it goes to TCP first. */
+/*
+ * The connection @fd names, moved to TCP before io_uring uses it: 1 with
+ * *@c referenced, 0 if there is none (or it moved and its ring is empty,
+ * for @reading), -1 if it cannot move (no TCP beneath).
+ */
+static int conn_to_tcp(int fd, int reading, struct conn **c)
+{
+	hs_resolve_fd(fd);
+	/* a moved connection is one for reading while its ring holds bytes */
+	*c = reading ? shim_conn_reading(fd, 0, MSG_DONTWAIT) : shim_conn(fd);
+	if (!*c)
+		return 0;
+	if (hs_move_now(*c, fd, R_IO_URING) == 0)
+		return 1;
+	conn_put(*c);
+	*c = NULL;
+	DBG("fd %d: used through io_uring, and without TCP beneath it cannot move", fd);
+	return -1;
+}
+
+/* @sqe names connection @c (referenced, moved) at @fd. */
 static void sqe_on_conn(struct io_uring_sqe *sqe, struct conn *c, int fd, struct scan *sc)
 {
-	if (hs_move_now(c, fd, R_IO_URING) < 0) {
-		conn_put(c);
-		DBG("fd %d: used through io_uring, and without TCP beneath it cannot move: "
-		    "EOPNOTSUPP", fd);
-		sqe_inject(sqe, -EOPNOTSUPP);
-		return;
-	}
 	if (!op_reads(sqe->opcode) || !rx_ring_holds(c)) {
 		conn_put(c);
 		return;         /* the TCP socket carries everything it will see */
@@ -341,11 +354,16 @@ static void sqe_fd(struct io_uring_sqe *sqe, int fd, struct scan *sc)
 	}
 	if (sqe->opcode == IORING_OP_ACCEPT)
 		hs_listener_unserved(fd);
-	hs_resolve_fd(fd);
-	/* a moved connection is one for reading while its ring holds bytes */
-	c = op_reads(sqe->opcode) ? shim_conn_reading(fd, 0, MSG_DONTWAIT) : shim_conn(fd);
-	if (c)
+	switch (conn_to_tcp(fd, op_reads(sqe->opcode), &c)) {
+	case 1:
 		sqe_on_conn(sqe, c, fd, sc);
+		break;
+	case -1:
+		sqe_inject(sqe, -EOPNOTSUPP);
+		break;
+	default:
+		break;
+	}
 }
 
 /* IORING_OP_EPOLL_CTL on a connection: smclo's epoll_ctl watches the rings. */
@@ -370,13 +388,9 @@ static int sqe_splice(struct io_uring_sqe *sqe, const struct scan *sc)
 	int left;
 
 	if ((sqe->splice_flags & SPLICE_F_FD_IN_FIXED) || (sqe->flags & IOSQE_FIXED_FILE) ||
-	    !fd_has_conn(in))
+	    !fd_has_conn(in) || !(left = conn_to_tcp(in, 1, &c)))
 		return 0;
-	hs_resolve_fd(in);
-	if (!(c = shim_conn_reading(in, 0, MSG_DONTWAIT)))
-		return 0;
-	if (hs_move_now(c, in, R_IO_URING) < 0) {
-		conn_put(c);
+	if (left < 0) {
 		sqe_inject(sqe, -EOPNOTSUPP);
 		return 1;
 	}
@@ -391,7 +405,7 @@ static int sqe_splice(struct io_uring_sqe *sqe, const struct scan *sc)
 	return left;
 }
 
-static void fixed_files(const int *fds, unsigned n);
+static int fixed_files_ok(const int *fds, unsigned n);
 
 static void sqe_check(struct io_uring_sqe *sqe, struct scan *sc)
 {
@@ -407,7 +421,8 @@ static void sqe_check(struct io_uring_sqe *sqe, struct scan *sc)
 			return;
 		break;
 	case IORING_OP_FILES_UPDATE:
-		fixed_files((const int *)(uintptr_t)sqe->addr, sqe->len);
+		if (!fixed_files_ok((const int *)(uintptr_t)sqe->addr, sqe->len))
+			sqe_inject(sqe, -EOPNOTSUPP);
 		return;
 	default:
 		break;
@@ -511,23 +526,16 @@ static int fixed_file_ok(int fd)
 
 	if (fd >= 0 && (fd_flags(fd) & FDF_LISTENING))
 		hs_listener_unserved(fd);
-	if (fd < 0 || !fd_has_conn(fd))
+	if (fd < 0 || !fd_has_conn(fd) || !(left = conn_to_tcp(fd, 1, &c)))
 		return 1;
-	hs_resolve_fd(fd);
-	if (!(c = shim_conn_reading(fd, 0, MSG_DONTWAIT)))
-		return 1;
-	left = hs_move_now(c, fd, R_IO_URING) < 0 || rx_ring_holds(c);
-	conn_put(c);
+	if (left > 0) {
+		left = rx_ring_holds(c);
+		conn_put(c);
+	}
 	if (left)
 		DBG("fd %d: registered with io_uring with bytes left in its ring, or "
 		    "without TCP beneath: refused", fd);
 	return !left;
-}
-
-static void fixed_files(const int *fds, unsigned n)
-{
-	for (unsigned i = 0; fds && smclo_active && i < n; i++)
-		fixed_file_ok(fds[i]);
 }
 
 static int fixed_files_ok(const int *fds, unsigned n)
