@@ -606,16 +606,18 @@ static int rx_recv_take(struct conn *c, int fd, struct rx_call *k, uint64_t prod
 }
 
 /*
- * SO_RCVLOWAT: a blocking read that took fewer bytes than the mark waits
- * until the bytes it has not taken reach it, as TCP wakes its reader only
- * then (tcp_data_ready) - an end, a timeout or a signal first, and it
- * returns what it took.  RX_STOP, or 0 to look again.
+ * SO_RCVLOWAT: a blocking read waits until the bytes it has not taken
+ * reach the mark, as TCP wakes its reader only then (tcp_data_ready).  A
+ * timeout, a signal or a hang-up ends the wait, and what is there is the
+ * answer, as the kernel copies it then.  0: look again.
  */
 static int rx_lowat_wait(struct conn *c, int fd, struct rx_call *k, uint64_t prod)
 {
-	if (interrupted || rx_past_deadline(k))
-		return RX_STOP;
-	return rx_wait_more(c, fd, prod) == 0 ? 0 : RX_STOP;
+	if (!interrupted && !rx_past_deadline(k) && rx_wait_more(c, fd, prod) == 0)
+		return 0;
+	k->lowat = 1;
+	k->target = 1;
+	return 0;
 }
 
 /*

@@ -503,6 +503,25 @@ class rcvlowat_blocking_recv:
 
 
 @case
+class rcvlowat_timeout_returns_what_is_there:
+    """SO_RCVLOWAT=50 and SO_RCVTIMEO 0.5 s, a blocking recv(100) on an empty
+    socket, then 30 bytes and no more: the wait ends with the timeout, and
+    the read returns the 30 (not an end of file, not EAGAIN)."""
+    def server(e):
+        e.sync("set")
+        time.sleep(0.2)
+        e.sock.sendall(b"d" * 30)
+        e.sync("done")
+
+    def client(e):
+        e.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 50)
+        e.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 500000))
+        e.sync("set")
+        e.do("recv", e.sock.recv, 100, timed=True)
+        e.sync("done")
+
+
+@case
 class rcvlowat_then_fin:
     """SO_RCVLOWAT above what is waiting: the peer's FIN makes it readable."""
     def server(e):
