@@ -61,6 +61,10 @@ int close_shutdown(struct conn *c, int fd, int how)
 	if (how != SHUT_WR) {
 		atomic_fetch_or(&sh->flags, SH_SHUT_RD);
 		bell_wake_word(&c->tx->wake_seq);       /* our own reader, if asleep */
+		/* moved (before or after the flag: move_seal carries it too):
+		 * what the ring holds is read, then the TCP socket, shut as well */
+		if (move_seen(c) && c->tcp_fd >= 0)
+			sys_shutdown(c->tcp_fd, SHUT_RD);
 	}
 	if (how != SHUT_RD) {
 		if (move_seen(c))

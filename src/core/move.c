@@ -57,9 +57,12 @@ static void move_seal(struct conn *c, int reason)
 		if (c->slot)
 			stats_slot_decide(NULL, c->slot, MODE_TCP, reason);
 		/* a shutdown we published in the ring only: TCP says it too, so
-		 * the peer's readiness on the TCP socket shows the end */
+		 * the peer's readiness on the TCP socket shows the end; and one
+		 * of reading, so that a read of the empty socket ends, not waits */
 		if ((was & SH_SHUT_WR) && c->tcp_fd >= 0)
 			sys_shutdown(c->tcp_fd, SHUT_WR);
+		if ((was & SH_SHUT_RD) && c->tcp_fd >= 0)
+			sys_shutdown(c->tcp_fd, SHUT_RD);
 	}
 	atomic_fetch_or_explicit(&c->tx->flags, RING_F_MOVED, memory_order_seq_cst);
 	move_seal_prod(&c->tx->prod, __atomic_load_n(&sh->peer_cons_seen, __ATOMIC_RELAXED),

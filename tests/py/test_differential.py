@@ -45,7 +45,8 @@ KNOWN = {
         opt-ipv6-v6only opt-ip-on-inet6 opt-accepted-inherits-listener
         sigurg-with-owner sigurg-without-owner sigurg-and-sigio urgent-byte urgent-inline
         urgent-select-exception-set urgent-epoll-pri urgent-peek-and-second-byte
-        urgent-both-directions-then-bulk opt-tcp-info opt-tcp-info-after-shutdown""",
+        urgent-both-directions-then-bulk opt-tcp-info opt-tcp-info-after-shutdown
+        shut-rd-then-urgent-move""",
             ("direct",)),
     **known("2. TCP_CORK and MSG_MORE", "opt-tcp-cork-holds-bytes opt-tcp-cork-then-msg-more"),
     **known("3. shutdown(SHUT_RD)", """shut-rd-wakes-blocked-recv shut-rdwr-wakes-blocked-recv

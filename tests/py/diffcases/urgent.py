@@ -5,6 +5,7 @@ import fcntl
 import select
 import socket
 import struct
+import time
 
 from diffcases import case
 
@@ -138,3 +139,26 @@ class urgent_both_directions_then_bulk:
             got += e.sock.recv(1 << 16)
         th.join()
         e.log("bulk", got)
+
+
+@case
+class shut_rd_then_urgent_move:
+    """The reader shut down reading, then the peer's urgent byte moves the
+    connection to TCP: the bytes before the mark are read, then - the
+    urgent byte out of the stream - the read ends at once, as after
+    SHUT_RD on TCP, instead of waiting on the TCP socket."""
+    def server(e):
+        e.sync("shut")
+        e.sock.sendall(b"ab")
+        e.do("send oob", e.sock.send, b"!", socket.MSG_OOB)
+        e.sync("sent")
+        e.sync("read")
+
+    def client(e):
+        e.do("shutdown", e.sock.shutdown, socket.SHUT_RD)
+        e.sync("shut")
+        e.sync("sent")
+        time.sleep(0.1)
+        e.do("recv", e.sock.recv, 10)
+        e.do("recv-again", e.sock.recv, 10, timed=True)
+        e.sync("read")
