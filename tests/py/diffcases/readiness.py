@@ -146,8 +146,20 @@ def self_shut_wr_server(e):
     e.do("recv", e.sock.recv, 100)
 
 
+def fin_acked(sock, bound=0.5):
+    """Waits (untraced) until TCP's FIN is acknowledged: loopback delays that
+    ACK (up to 200 ms), and its arrival is a new EPOLLOUT edge, so a look made
+    while it is in flight would report one edge or two as it happens to fall.
+    Under smclo the state stays FIN_WAIT1 (docs/semantics.md): the bound."""
+    end = time.monotonic() + bound
+    while sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == 4 \
+            and time.monotonic() < end:        # TCP_FIN_WAIT1
+        time.sleep(0.005)
+
+
 def self_shut_wr_client(e, Look):
     e.sock.shutdown(socket.SHUT_WR)
+    fin_acked(e.sock)
     e.sync("state")
     Look(e).look("self-shut-wr", 0)
 
