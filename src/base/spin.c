@@ -7,14 +7,49 @@
 #include "sys.h"
 
 #include <poll.h>
+#include <sched.h>
 
-/* A spinning waiter only steals time from the peer it waits for: only a
+/*
+ * A spinning waiter only steals time from the peer it waits for: only a
  * clear surplus (the passing task aside) stops the spin.  Under a cgroup
  * quota it still pays (measured: ping-pong 0.04x of TCP under a quota of one
- * CPU): the peer runs meanwhile on another CPU. */
-static int spin_pays(long long now)
+ * CPU): the peer runs meanwhile on another CPU.  Confined to one CPU
+ * (taskset, a cpuset), whether it pays depends on where the peer runs, not
+ * on this process's affinity: on another CPU the peer writes while we
+ * watch; on ours, every moment spent watching is a moment it cannot run.
+ */
+static int spin_pays(long long now, uint32_t peer_cpu)
 {
-	return cpus_online() >= 2 && cpus_allowed(now) >= 2 && cpus_surplus(now) <= 1;
+	if (cpus_online() < 2 || cpus_surplus(now) > 1)
+		return 0;
+	if (cpus_allowed(now) >= 2)
+		return 1;
+	return peer_cpu != 0 && peer_cpu != spin_cpu_tag();
+}
+
+uint32_t spin_cpu_tag(void)
+{
+	int cpu = sched_getcpu();       /* glibc reads the rseq area: no system call */
+
+	return cpu < 0 ? 0 : (uint32_t)cpu + 1;
+}
+
+uint32_t spin_peer_pick(uint32_t a, uint32_t b)
+{
+	uint32_t mine = spin_cpu_tag();
+
+	if (a && a != mine)
+		return a;
+	return b ? b : a;
+}
+
+void spin_note_cpu(_Atomic uint32_t *slot)
+{
+	uint32_t tag = spin_cpu_tag();
+
+	/* written only when it changes: the line is the peer's to read */
+	if (atomic_load_explicit(slot, memory_order_relaxed) != tag)
+		atomic_store_explicit(slot, tag, memory_order_relaxed);
 }
 
 static int (*idle_work)(void);
@@ -31,11 +66,11 @@ void spin_forbid(void)
 	atomic_store(&forbidden, 1);
 }
 
-static long long spin_deadline_after(long long ns)
+static long long spin_deadline_after(long long ns, uint32_t peer_cpu)
 {
 	long long now = mono_now_ns();
 
-	if (atomic_load_explicit(&forbidden, memory_order_relaxed) || !spin_pays(now))
+	if (atomic_load_explicit(&forbidden, memory_order_relaxed) || !spin_pays(now, peer_cpu))
 		return 0;
 	/* in time we would spend spinning: the upper layers' work put off */
 	if (idle_work && idle_work())
@@ -43,14 +78,14 @@ static long long spin_deadline_after(long long ns)
 	return now + ns;
 }
 
-long long spin_deadline(void)
+long long spin_deadline(uint32_t peer_cpu)
 {
-	return spin_deadline_after(SPIN_NS);
+	return spin_deadline_after(SPIN_NS, peer_cpu);
 }
 
 int spin_for_word(const _Atomic uint32_t *word, uint32_t seen, long long ns)
 {
-	long long until = spin_deadline_after(ns);
+	long long until = spin_deadline_after(ns, 0);
 
 	if (!until)
 		return 0;
@@ -64,12 +99,12 @@ int spin_for_word(const _Atomic uint32_t *word, uint32_t seen, long long ns)
 	return 0;
 }
 
-int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
+int spin_for_change(int nonblock, uint32_t peer_cpu, const _Atomic uint64_t *word, uint64_t seen,
                     const _Atomic uint32_t *flags)
 {
 	long long until;
 
-	if (nonblock || !(until = spin_deadline()))
+	if (nonblock || !(until = spin_deadline(peer_cpu)))
 		return 0;
 	do {
 		/* clock_gettime is a vDSO call, still worth amortising */
@@ -85,7 +120,7 @@ int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
 
 int spin_poll(int fd, short events)
 {
-	long long until = spin_deadline();
+	long long until = spin_deadline(0);
 	struct pollfd p = { .fd = fd, .events = events };
 
 	if (!until)

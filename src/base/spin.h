@@ -5,10 +5,12 @@
  * kernel costs 10-15 us, far more than the copy a reader or writer is usually
  * waiting for.  So a blocking reader (or a writer facing a full ring) watches
  * the ring for up to SPIN_NS first.  Doorbells are still sent, so readiness
- * stays exact; they just need not wake anybody.  Never on a single CPU (or
- * when the process may run on only one), never for a non-blocking
- * descriptor (which must return at once), and never while more tasks are
- * runnable than there are CPUs (cpus.h).
+ * stays exact; they just need not wake anybody.  Never on a single CPU,
+ * never for a non-blocking descriptor (which must return at once), never
+ * while more tasks are runnable than there are CPUs (cpus.h), and, in a
+ * process confined to one CPU (taskset, a cpuset), only while the peer last
+ * ran on another CPU: each end of a connection notes its CPU in its ring
+ * header (ring_hdr.cpu), the other reads it before it waits.
  */
 #ifndef SMCLO_SPIN_H
 #define SMCLO_SPIN_H
@@ -18,17 +20,24 @@
 
 #define SPIN_NS 30000
 
+/* The CPU this thread runs on, plus one (0: not known): a peer's view of us. */
+uint32_t spin_cpu_tag(void);
+/* Note it in @slot (our ring header's cpu), for the peer's waits. */
+void spin_note_cpu(_Atomic uint32_t *slot);
+
 /*
  * Watch until *@word differs from @seen or *@flags is non-zero (the peer
  * closed or shut down), for at most SPIN_NS; nothing for a @nonblock
- * descriptor.  Returns 1 if something changed.
+ * descriptor.  @peer_cpu: where the peer last ran (its ring header's cpu;
+ * 0 not known).  Returns 1 if something changed.
  */
-int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
+int spin_for_change(int nonblock, uint32_t peer_cpu, const _Atomic uint64_t *word, uint64_t seen,
                     const _Atomic uint32_t *flags);
 
 /*
  * Watch a 32-bit word for up to @ns (a caller that waits for a peer to wake
- * up spins longer than SPIN_NS); same conditions.  1 if it left @seen.
+ * up spins longer than SPIN_NS); same conditions, the peer's CPU not known.
+ * 1 if it left @seen.
  */
 int spin_for_word(const _Atomic uint32_t *word, uint32_t seen, long long ns);
 
@@ -58,10 +67,14 @@ static inline void spin_lock_drop(atomic_flag *lock)
 
 /*
  * For waiters that watch many things at once (epoll_watch.c): the end of a spin
- * starting now, or 0 when spinning does not pay (one CPU allowed, or more
- * runnable tasks than CPUs), on the clock of mono_now_ns() (sys.h).
+ * starting now, or 0 when spinning does not pay (more runnable tasks than
+ * CPUs; one CPU allowed and no peer known to run on another: @peer_cpu as
+ * spin_for_change's), on the clock of mono_now_ns() (sys.h).
  */
-long long spin_deadline(void);
+long long spin_deadline(uint32_t peer_cpu);
+/* Of two peers' CPUs, the one a wait for either weighs: a peer known to run
+ * elsewhere than this thread beats one on our CPU, known beats unknown. */
+uint32_t spin_peer_pick(uint32_t a, uint32_t b);
 /* Never spin again in this process: its system calls are limited (a
  * seccomp filter), and deciding whether to spin reads /proc. */
 void spin_forbid(void);

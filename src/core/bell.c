@@ -151,6 +151,7 @@ void bell_after_produce(struct conn *c, int fd)
 	struct conn_shared *sh = c->sh;
 	uint64_t peer_cons;
 
+	spin_note_cpu(&c->tx->cpu);     /* where the reader's wait looks for us */
 	bell_wake_sleeper(c);
 	if (move_flagged(c))
 		return;                 /* no doorbells after a move (move.c) */

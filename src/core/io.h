@@ -21,6 +21,7 @@
 #define SMCLO_IO_H
 
 #include "conn.h"
+#include "spin.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -242,6 +243,17 @@ static inline void io_bell_each(struct conn *c)
 
 /* Writable as TCP says it (no lock: a readiness answer): room in our ring,
  * or our side shut down (a write fails at once). */
+/*
+ * Before a wait: note the CPU we run on for the peer's waits, and return
+ * the one it noted for ours - where the peer is decides whether watching
+ * for it pays (spin.h).  The peer's word is only compared, never trusted.
+ */
+static inline uint32_t io_spin_peer_cpu(struct conn *c)
+{
+	spin_note_cpu(&c->tx->cpu);
+	return atomic_load_explicit(&c->rx->cpu, memory_order_relaxed);
+}
+
 static inline int tx_has_room(const struct conn *c)
 {
 	uint64_t prod = atomic_load_explicit(&c->tx->prod, memory_order_relaxed);

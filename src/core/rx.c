@@ -377,7 +377,7 @@ static int rx_spin(struct conn *c, size_t take, int futex, uint32_t *seq)
 		take = UINT32_MAX;
 	atomic_store_explicit(&c->tx->spin_take, (uint32_t)take, memory_order_seq_cst);
 	changed = spin_for_change(atomic_load_explicit(&sh->nonblock, memory_order_relaxed),
-	                          &c->rx->prod, sh->cons, &c->rx->flags);
+	                          io_spin_peer_cpu(c), &c->rx->prod, sh->cons, &c->rx->flags);
 	if (futex) {
 		*seq = atomic_load_explicit(&c->tx->wake_seq, memory_order_seq_cst);
 		futex = atomic_compare_exchange_strong(&c->tx->futex_take, &none, (uint32_t)take);
@@ -747,7 +747,7 @@ static int rx_wait_more(struct conn *c, int fd, uint64_t have_prod)
 	 * it sleeps (spin.h) - a sleep here costs the writer a wake-up call
 	 * for every commit */
 	if (spin_for_change(atomic_load_explicit(&sh->nonblock, memory_order_relaxed),
-	                    &c->rx->prod, have_prod, &c->rx->flags))
+	                    io_spin_peer_cpu(c), &c->rx->prod, have_prod, &c->rx->flags))
 		return 0;
 	seq = atomic_load_explicit(&c->tx->wake_seq, memory_order_seq_cst);
 	/* take 1: a writer still rings for any unread byte it adds */

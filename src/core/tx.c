@@ -79,7 +79,8 @@ static long tx_space(struct conn *c, int fd, uint32_t want, int dontwait)
 		if (!filled && !spun && !dontwait) {
 			spun = 1;
 			if (spin_for_change(atomic_load_explicit(&sh->nonblock, memory_order_relaxed),
-			                    &c->rx->cons, sh->peer_cons_seen, &c->rx->flags))
+			                    io_spin_peer_cpu(c), &c->rx->cons, sh->peer_cons_seen,
+			                    &c->rx->flags))
 				continue;       /* the reader made room while we watched */
 		}
 		if (!atomic_load_explicit(&c->tx->write_blocked, memory_order_relaxed)) {

@@ -84,6 +84,9 @@ struct ring_hdr {
 	_Atomic uint32_t lowat;             /* the owner's SO_RCVLOWAT (0, 1: none): it
 	                                       wants a doorbell when the bytes it has not
 	                                       read reach it, as TCP wakes its reader */
+	_Atomic uint32_t cpu;               /* the CPU the owner last read or wrote on,
+	                                       plus one (0: not known): a waiter spins
+	                                       only while its peer runs elsewhere (spin.h) */
 	/* doorbells the owner sent (value = owner's prod when it rang) */
 	_Alignas(64) _Atomic uint64_t bell_seq;
 	_Atomic uint64_t bells_drained;     /* doorbells the owner consumed */

@@ -758,10 +758,20 @@ static int report_ready(struct watch_set *s, struct epoll_event *ev, int n, int 
 	return n;
 }
 
+/* Where the peers of the set's connections run, as a spin weighs it (spin.h). */
+static uint32_t peers_cpu(struct watch_set *s)
+{
+	uint32_t cpu = 0;
+
+	for (int i = 0; i < s->n; i++)
+		cpu = spin_peer_pick(cpu, io_spin_peer_cpu(s->e[i].c));
+	return cpu;
+}
+
 /* Watch the rings (and the kernel, every KERNEL_LOOK_NS) until something is ready or the spin ends. */
 static int spin_watch(struct watch_set *s, struct epoll_event *ev, int max)
 {
-	long long until = spin_deadline(), next_look;
+	long long until = spin_deadline(peers_cpu(s)), next_look;
 	int n = 0;
 
 	if (!until)

@@ -84,6 +84,17 @@ static int rings_unread(const struct polled *p, int k)
 	return 0;
 }
 
+/* Where the peers of the watched rings run, as a spin weighs it (spin.h). */
+static uint32_t peers_cpu(const struct polled *p, int k)
+{
+	uint32_t cpu = 0;
+
+	for (int j = 0; j < k; j++)
+		if (p[j].c)
+			cpu = spin_peer_pick(cpu, io_spin_peer_cpu(p[j].c));
+	return cpu;
+}
+
 static void count_sleepers(const struct polled *p, int k, int d)
 {
 	for (int j = 0; j < k; j++)
@@ -163,7 +174,7 @@ static int look_now(struct pollfd *fds, nfds_t n, const struct polled *p, int k,
 /* Watch the rings, and the kernel every KERNEL_LOOK_NS, for one spin. */
 static int spin(struct pollfd *fds, nfds_t n, const struct polled *p, int k)
 {
-	long long until = spin_deadline(), next;
+	long long until = spin_deadline(peers_cpu(p, k)), next;
 	int r;
 
 	if (!until)

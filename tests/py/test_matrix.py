@@ -171,6 +171,9 @@ BUGS = {}
 #   make accept()/connect() fail with EMFILE where TCP would not ("fits").
 #   rlimit-256: everything fits; the client holds all 50 open at once, so offers
 #   pile up and some clients find the inbox full and use the rendezvous.
+# * pinned-apart, pinned-apart-epoll, pinned-together: each end confined to one
+#   CPU (taskset), on two CPUs or on the same one; the waits spin or sleep by
+#   where the peer runs (spin.h), the paths are accept's and epoll's.
 MATRIX_TEXT = """
 pattern            direct         inbox          rendezvous      tcp
 accept             direct         inbox          rendezvous      tcp
@@ -230,6 +233,9 @@ api-fork           direct         inbox          rendezvous      tcp
 client-pool        direct         inbox          rendezvous      tcp
 pool-accept        direct         inbox          rendezvous      tcp
 pool-fork          direct         inbox          rendezvous      tcp
+pinned-apart       direct         inbox          rendezvous      tcp
+pinned-apart-epoll inbox          inbox          rendezvous      tcp
+pinned-together    inbox          inbox          rendezvous      tcp
 """
 
 
@@ -266,6 +272,21 @@ CLIENT_OPTS = {
     "rlimit-64": ["--hold", "--rlimit", "64"],
     "rlimit-256": ["--hold", "--rlimit", "256"],
 }
+
+
+# rows whose ends are each confined to one CPU (taskset): the server's,
+# the client's.  Whether a wait spins depends on where the peer runs
+# (spin.h): apart they spin, together they sleep; the bytes the same.
+PINNED_ROWS = {"pinned-apart": ("accept", 0, 1), "pinned-apart-epoll": ("epoll-lt", 0, 1),
+               "pinned-together": ("epoll-lt", 0, 0)}
+SERVER_FOR.update({row: pat for row, (pat, _, _) in PINNED_ROWS.items()})
+
+
+def pinned(pattern, side):
+    """The taskset prefix of one end of a PINNED_ROWS row (none elsewhere)."""
+    if pattern not in PINNED_ROWS:
+        return []
+    return ["taskset", "-c", str(PINNED_ROWS[pattern][1 if side == "server" else 2])]
 
 
 # rows run in a registry every user may use, their server as another user
@@ -414,7 +435,7 @@ def daemon_alive(work):
 
 def server_cmd(pattern, port, work):
     cmd = [SERVER, SERVER_FOR.get(pattern, pattern), str(port), str(work)]
-    return AS_NOBODY + [PY3] + cmd if pattern in USER_ROWS else [PY] + cmd
+    return AS_NOBODY + [PY3] + cmd if pattern in USER_ROWS else pinned(pattern, "server") + [PY] + cmd
 
 
 @pytest.mark.parametrize("pattern,path,mode", list(cell_params()))
@@ -436,7 +457,8 @@ def test_cell(pattern, path, mode, reg, shared_dir, procs, tmp_path):
         lines = Lines(srv).until(lambda l: "ready" in l, 15)
         assert "ready" in lines, "server did not start: %s\n%s" % (lines, tail(errfile))
         seed = zlib.crc32(("%s/%s" % (pattern, path)).encode())
-        cmd = [PY, CLIENT, str(port), str(n), str(seed)] + CLIENT_OPTS.get(pattern, [])
+        cmd = pinned(pattern, "client") + [PY, CLIENT, str(port), str(n), str(seed)] + \
+            CLIENT_OPTS.get(pattern, [])
         if path == "tcp":
             r = subprocess.run(cmd, env=cenv, capture_output=True, text=True, timeout=90)
         else:
