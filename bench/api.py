@@ -72,7 +72,14 @@ ROWS = [
     # the API's column: one claim carries many messages (SMCLO_KEEP)
     ("100 B messages, claim kept", "rate-keep", 100, "k msg/s", True, ("smclo", "api")),
     ("64 B ping-pong (median)", "pingpong", 64, "us", False, NO_POOL + ("iceoryx2-wait",)),
+    ("64 B ping-pong, pinned apart (taskset 0 / 1)", "pingpong", 64, "us", False,
+     ("tcp", "smclo", "api")),
+    ("64 B ping-pong, pinned together (taskset 0 / 0)", "pingpong", 64, "us", False,
+     ("tcp", "smclo", "api")),
 ]
+# rows whose server and client are each `taskset -c` to one CPU: (server, client)
+PINS = {"64 B ping-pong, pinned apart (taskset 0 / 1)": (0, 1),
+        "64 B ping-pong, pinned together (taskset 0 / 0)": (0, 0)}
 # iceoryx2-wait: icebench's ping-pong with each side asleep in a listener
 WAYS = ["tcp", "unix", "smclo", "api", "pool", "iceoryx2", "iceoryx2-wait"]
 ICE_WAYS = ("iceoryx2", "iceoryx2-wait")
@@ -113,9 +120,12 @@ def env_for(way):
     return env
 
 
-def run_once(test, size, way, secs):
-    """(value in the row's unit, CPU seconds of both ends)."""
+def run_once(test, size, way, secs, pin=None):
+    """(value in the row's unit, CPU seconds of both ends); @pin: the CPUs
+    of server and client, or None."""
     port = free_port()
+    server_pin, client_pin = ([["taskset", "-c", str(cpu)] for cpu in pin] if pin
+                              else ([], []))
     if way in ICE_WAYS:
         # the same command shape without the WAY argument; ADDR is the prefix
         # of the run's iceoryx2 service names
@@ -132,7 +142,7 @@ def run_once(test, size, way, secs):
         addr = str(WORK / ("s-%d.sock" % port)) if way == "unix" else str(port)
     name = os.path.basename(prog)
     what = "pingpong-wait" if way == "iceoryx2-wait" else test.split("-")[0]
-    srv = subprocess.Popen([prog, "serve", addr] + how + [what, str(size)], env=env,
+    srv = subprocess.Popen(server_pin + [prog, "serve", addr] + how + [what, str(size)], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = None
     try:
@@ -140,7 +150,8 @@ def run_once(test, size, way, secs):
             srv.kill()
             raise RuntimeError("%s server: %s" % (name, srv.stderr.read()))
         t = os.times()
-        out = subprocess.run([prog, "client", addr] + how + [what, str(size), str(secs)],
+        out = subprocess.run(client_pin + [prog, "client", addr] + how +
+                             [what, str(size), str(secs)],
                              env=env, capture_output=True, text=True, timeout=secs * 10 + 60)
         t2 = os.times()
     finally:
@@ -239,7 +250,7 @@ def main():
     for r, (name, test, size, unit, hib, ways), way in steps:
         progress.step("run %d of %d: %s, %s (%g s)" % (r + 1, a.runs, name, way, secs))
         try:
-            res = run_once(test, size, way, secs)
+            res = run_once(test, size, way, secs, PINS.get(name))
         except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
             if way not in ICE_WAYS:
                 raise

@@ -102,6 +102,25 @@ def tcp_only(fn):
     return fn
 
 
+# (server CPU, client CPU) while a pinned row runs: each end `taskset -c` to
+# its CPU, as the seed's own benchmark and Kubernetes' static CPU manager
+# place latency-critical processes (spin.h: waits spin only for a peer on
+# another CPU)
+PIN = [None]
+
+
+def pinned(fn, server_cpu, client_cpu):
+    """@fn's row with its server and client each confined to one CPU."""
+    def row(mode, secs):
+        PIN[0] = (server_cpu, client_cpu)
+        try:
+            return fn(mode, secs)
+        finally:
+            PIN[0] = None
+    row.unix = getattr(fn, "unix", True)
+    return row
+
+
 def row_steps(runs, only, modes):
     """(run, row, mode) in the order they run: every round turns the order of
     modes(run) and rows filtered by --only; AF_UNIX only where a row has it."""
@@ -123,8 +142,9 @@ class Run:
         if mode == "smclo" and not defaults:
             self.env["SMCLO_DIR"] = str(self.registry)
 
-    def cmd(self, args):
-        return ([SMCLO, "run", "--"] if self.mode == "smclo" else []) + list(args)
+    def cmd(self, args, side):
+        pin = ["taskset", "-c", str(PIN[0][side == "client"])] if PIN[0] else []
+        return ([SMCLO, "run", "--"] if self.mode == "smclo" else []) + pin + list(args)
 
     def accelerated(self):
         """(client ends accelerated, ends on TCP for a reason that spoils the
@@ -138,12 +158,12 @@ class Run:
 
     def __call__(self, server, client, ready_port=None, ready_path=None):
         before = self.accelerated()
-        srv = subprocess.Popen(self.cmd(server), env=self.env, stdout=subprocess.DEVNULL,
+        srv = subprocess.Popen(self.cmd(server, "server"), env=self.env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             wait_listen(ready_port, ready_path, srv)
             t = os.times()
-            out = subprocess.run(self.cmd(client), env=self.env, capture_output=True, text=True,
+            out = subprocess.run(self.cmd(client, "client"), env=self.env, capture_output=True, text=True,
                                  timeout=600)
             t2 = os.times()
             client_cpu = (t2.children_user - t.children_user) + (t2.children_system - t.children_system)
@@ -297,6 +317,24 @@ ROWS = [
     ("nginx as Debian runs it (workers nobody) + wrk -t2 -c100", "req/s", True, ">= 1.6x",
      ">= 2x", "1.42x", nginx_debian,
      "nginx started by root, no `user` directive, smclo's defaults ; wrk -t 2 -c 100 -d T ..."),
+    ("sockperf ping-pong 14 B latency, pinned apart (taskset 0 / 1)", "us", False, "<= 0.25x",
+     "<= 0.1x", "0.57x", pinned(sockperf("pp"), 0, 1),
+     "taskset -c 0 sockperf sr ... ; taskset -c 1 sockperf pp ... (the seed's protocol)"),
+    ("sockperf ping-pong 14 B latency, pinned together (taskset 0 / 0)", "us", False, "<= 1x",
+     "<= 1x", "n/a", pinned(sockperf("pp"), 0, 0),
+     "taskset -c 0 sockperf sr ... ; taskset -c 0 sockperf pp ..."),
+    ("sockperf throughput 64000 B, pinned apart (taskset 0 / 1)", "MB/s", True, ">= 2.0x",
+     ">= 2.5x", "1.59x", pinned(sockperf("tp"), 0, 1),
+     "taskset -c 0 sockperf sr ... ; taskset -c 1 sockperf tp ... -m 64000"),
+    ("sockperf throughput 64000 B, pinned together (taskset 0 / 0)", "MB/s", True, ">= 1x",
+     ">= 1x", "n/a", pinned(sockperf("tp"), 0, 0),
+     "taskset -c 0 sockperf sr ... ; taskset -c 0 sockperf tp ... -m 64000"),
+    ("100 B request/response rate, 1 conn, pinned apart (taskset 0 / 1)", "msg/s", True,
+     ">= 3x", ">= 5x", "1.78x", pinned(worker("pingpong", 100), 0, 1),
+     "taskset -c 0 smclo __bench-worker server P pingpong 100 0 ; taskset -c 1 ... client P pingpong 100 T"),
+    ("100 B request/response rate, 1 conn, pinned together (taskset 0 / 0)", "msg/s", True,
+     ">= 1x", ">= 1x", "n/a", pinned(worker("pingpong", 100), 0, 0),
+     "taskset -c 0 smclo __bench-worker server P pingpong 100 0 ; taskset -c 0 ... client P pingpong 100 T"),
     ("connection setup (connect, 100 B RTT, close)", "conn/s", True, ">= 0.85x", ">= 1x", "n/a",
      worker("connect", 100), "smclo __bench-worker server P connect 100 0 ; ... client P connect 100 T (AF_UNIX: a socket path for P)"),
 ]
