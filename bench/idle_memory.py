@@ -3,12 +3,22 @@
 
 A server and a client process (both under `smclo run` for the smclo column)
 open N connections, exchange 100 bytes on each (so every connection is
-decided and has touched its rings), then hold them.  The cost is the drop of
-the kernel's MemAvailable while both hold the connections.  Part of
-`make bench`; run alone as `python3 bench/idle_memory.py [N]`.
+decided and has touched its rings), then hold them.  The cost is what the
+two processes' own accounting grows by between before the first connection
+and while both hold them all: their proportional set size (PSS, from
+/proc/PID/smaps_rollup) without its shared-memory part, plus every
+shared-memory object either maps or holds (ring regions, connection state,
+registry files), counted once by inode at the size the kernel allocated
+for it (st_blocks: pages written but unmapped count too).  The kernel's
+socket objects (TCP's two sockets a connection; smclo's hidden TCP sockets
+and doorbell pairs) are in neither column.  The drop of MemAvailable, which
+swings by tens of MB between runs on a small VM, is printed beside it only
+as a cross-check.  Part of `make bench`; run alone as
+`python3 bench/idle_memory.py [N]`.
 """
 import os
 import resource
+import stat
 import socket
 import subprocess
 import sys
@@ -32,6 +42,8 @@ if role == "server":
         c.sendall(c.recv(100))
         conns.append(c)
 else:
+    print("start", flush=True)
+    sys.stdin.readline()            # once the footprint before is taken
     for _ in range(n):
         c = socket.create_connection(("127.0.0.1", port))
         c.sendall(b"x" * 100)
@@ -51,6 +63,44 @@ def mem_available_kb():
     raise RuntimeError("no MemAvailable")
 
 
+def smaps_kb(pid, field):
+    for line in open("/proc/%d/smaps_rollup" % pid):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def shm_objects(pid, seen):
+    """Shared-memory files @pid maps or holds open, into @seen: (dev, inode) ->
+    bytes the kernel allocated for it."""
+    shm_dev = os.stat("/dev/shm").st_dev if os.path.isdir("/dev/shm") else None
+    for d in ("map_files", "fd"):
+        base = "/proc/%d/%s" % (pid, d)
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                link = os.readlink(os.path.join(base, name))
+                st = os.stat(os.path.join(base, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and (link.startswith("/memfd:") or st.st_dev == shm_dev):
+                seen[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+
+
+def footprint_kb(pids):
+    """PSS without shared memory, of every process, plus each shared-memory
+    object once (see the top of this file)."""
+    seen = {}
+    private = 0
+    for pid in pids:
+        private += smaps_kb(pid, "Pss") - smaps_kb(pid, "Pss_Shmem")
+        shm_objects(pid, seen)
+    return private + sum(seen.values()) // 1024
+
+
 def raise_nofile():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
@@ -62,7 +112,6 @@ def measure(mode, n, registry):
         port = s.getsockname()[1]
     env = dict(os.environ, SMCLO_DIR=registry)
     wrap = [SMCLO, "run", "--"] if mode == "smclo" else []
-    before = mem_available_kb()
     procs = []
     try:
         for role in ("server", "client"):
@@ -70,12 +119,17 @@ def measure(mode, n, registry):
                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  text=True, preexec_fn=raise_nofile)
             procs.append(p)
-            if role == "server":
-                assert p.stdout.readline().strip() == "ready"
+            want = "ready" if role == "server" else "start"
+            assert p.stdout.readline().strip() == want, (mode, role)
+        pids = [p.pid for p in procs]
+        before, avail = footprint_kb(pids), mem_available_kb()
+        procs[1].stdin.write("go\n")
+        procs[1].stdin.flush()
         for p in procs:
             assert p.stdout.readline().strip() == "holding", mode
         time.sleep(0.5)
-        used = before - mem_available_kb()
+        used = footprint_kb(pids) - before
+        dropped = avail - mem_available_kb()
         if mode == "smclo":
             out = subprocess.run([SMCLO, "stat", "--json"], env=env, capture_output=True,
                                  text=True, check=True).stdout
@@ -85,7 +139,7 @@ def measure(mode, n, registry):
         for p in procs:
             p.kill()
             p.wait()
-    return used / 1024.0
+    return used / 1024.0, dropped / 1024.0
 
 
 def main():
@@ -94,10 +148,10 @@ def main():
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as d:
         for run in range(2):
             for mode in ("tcp", "smclo"):
-                mb = measure(mode, n, os.path.join(d, "reg%d" % run))
+                mb, dropped = measure(mode, n, os.path.join(d, "reg%d" % run))
                 rows.append((mode, mb))
-                print("run %d %-5s %d idle connections: %.1f MB" % (run + 1, mode, n, mb),
-                      flush=True)
+                print("run %d %-5s %d idle connections: %.1f MB (MemAvailable fell %.1f MB)"
+                      % (run + 1, mode, n, mb, dropped), flush=True)
     for mode in ("tcp", "smclo"):
         vals = [mb for m, mb in rows if m == mode]
         print("%s: %s MB -> %.1f KB per connection (both ends)" % (

@@ -549,8 +549,11 @@ def write_report(results, runs, secs, loaded_secs, loaded, loaded_bench, idle):
               "```"] + loaded_bench + ["```"]
     lines += ["", "## Memory of 1000 idle connections", "",
               "`python3 bench/idle_memory.py 1000`: a client and a server process open 1000 "
-              "connections, exchange 100 bytes on each and hold them; the cost is the drop of "
-              "MemAvailable while they do (the issue allows 150 MB at the default ring size):",
+              "connections, exchange 100 bytes on each and hold them; the cost is what the "
+              "two processes' own accounting grows by (PSS without shared memory, plus every "
+              "shared-memory object they map or hold, counted once at its allocated size; "
+              "MemAvailable's drop beside it as a cross-check; goal: 32 MB at the default "
+              "ring size):",
               "", "```"] + idle + ["```"]
     lines += ["", "Reproduce a row (P a free port, T seconds; prefix both commands with "
               "`build/smclo run --` for the smclo column):", ""]

@@ -9,6 +9,8 @@
 #include <poll.h>
 #include <sched.h>
 
+static _Atomic int forbidden;
+
 /*
  * A spinning waiter only steals time from the peer it waits for: only a
  * clear surplus (the passing task aside) stops the spin.  Under a cgroup
@@ -29,8 +31,13 @@ static int spin_pays(long long now, uint32_t peer_cpu)
 
 uint32_t spin_cpu_tag(void)
 {
-	int cpu = sched_getcpu();       /* glibc reads the rseq area: no system call */
+	int cpu;
 
+	/* glibc reads the rseq area, else the vDSO; where neither serves it
+	 * makes a system call, which a confined process must not (spin_forbid) */
+	if (atomic_load_explicit(&forbidden, memory_order_relaxed))
+		return 0;
+	cpu = sched_getcpu();
 	return cpu < 0 ? 0 : (uint32_t)cpu + 1;
 }
 
@@ -58,8 +65,6 @@ void spin_set_idle_work(int (*fn)(void))
 {
 	idle_work = fn;
 }
-
-static _Atomic int forbidden;
 
 void spin_forbid(void)
 {

@@ -278,6 +278,35 @@ def tmpfs(size):
         os.rmdir(d)
 
 
+def cgroup_top(v1_controller, v2_controller, v1_probe):
+    """Where cgroups of a CPU controller are made: (its v1 hierarchy, True)
+    if mounted (a file @v1_probe there says so), else the v2 root with
+    @v2_controller enabled for its children, False."""
+    v1_top = os.path.join("/sys/fs/cgroup", v1_controller)
+    if os.path.exists(os.path.join(v1_top, v1_probe)):
+        return v1_top, True
+    with open("/sys/fs/cgroup/cgroup.subtree_control", "w") as f:
+        f.write("+" + v2_controller)
+    return "/sys/fs/cgroup", False
+
+
+def cpu_quota_files(v1):
+    """The files and values of a quota of one CPU (v1's cpu controller, or v2's cpu.max)."""
+    if v1:
+        return {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "100000"}
+    return {"cpu.max": "100000 100000"}
+
+
+def make_cgroup(path, files):
+    """The cgroup @path with @files written in order; the prefix of a command
+    that starts in it (a shell joins, then execs the command)."""
+    os.mkdir(path)
+    for name, value in files.items():
+        with open(os.path.join(path, name), "w") as f:
+            f.write(value)
+    return ("sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(path, "cgroup.procs"))
+
+
 def need(binary):
     from shutil import which
     if which(binary) is None:

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import PY, free_port, wait_port
+from conftest import PY, cgroup_top, cpu_quota_files, free_port, make_cgroup, wait_port
 
 PEER = os.path.join(os.path.dirname(__file__), "peer.py")
 
@@ -73,43 +73,23 @@ def test_short_connections_stay_on_tcp_on_one_allowed_cpu(reg, procs):
     assert st["accelerated_client"] + short == 100, st
 
 
-def cgroup_with_quota(path, v1):
-    """Make the cgroup @path with a quota of one CPU, or without any (None)."""
-    os.mkdir(path)
-    if v1 is None:
-        return
-    if v1:
-        with open(os.path.join(path, "cpu.cfs_period_us"), "w") as f:
-            f.write("100000")
-        with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
-            f.write("100000")
-    else:
-        with open(os.path.join(path, "cpu.max"), "w") as f:
-            f.write("100000 100000")
-
-
 @pytest.fixture(params=["own", "parent"])
 def one_cpu_quota(request, procs):
     """A cgroup under a CPU quota of one CPU (v1's cpu controller, else v2's
     cpu.max), set on the cgroup itself or on its parent (a container's
-    limit on a pod or a slice above it); yields the file a process writes
-    its pid to, to join it."""
-    v1_top = "/sys/fs/cgroup/cpu"
-    v1 = os.path.exists(os.path.join(v1_top, "cpu.cfs_quota_us"))
-    top = v1_top if v1 else "/sys/fs/cgroup"
-    if not v1:
-        with open(os.path.join(top, "cgroup.subtree_control"), "w") as f:
-            f.write("+cpu")
+    limit on a pod or a slice above it); yields the prefix that starts a
+    command in it."""
+    top, v1 = cgroup_top("cpu", "cpu", "cpu.cfs_quota_us")
     outer = os.path.join(top, "smclo-test-%d" % os.getpid())
     made = [outer]
-    cgroup_with_quota(outer, v1)
+    join = make_cgroup(outer, cpu_quota_files(v1))
     if request.param == "parent":
         if not v1:
             with open(os.path.join(outer, "cgroup.subtree_control"), "w") as f:
                 f.write("+cpu")
         made.append(os.path.join(outer, "inner"))
-        cgroup_with_quota(made[-1], None)
-    yield os.path.join(made[-1], "cgroup.procs")
+        join = make_cgroup(made[-1], {})        # no quota of its own
+    yield join
     procs.stop_all()    # a cgroup goes once its processes have
     for path in reversed(made):
         os.rmdir(path)
@@ -118,8 +98,7 @@ def one_cpu_quota(request, procs):
 def test_short_connections_stay_on_tcp_under_a_one_cpu_quota(reg, procs, one_cpu_quota):
     # a container's --cpus=1 on a 2-CPU machine: both CPUs allowed, one CPU's
     # worth of time for client and server together
-    join = ("sh", "-c", 'echo $$ > "$0" && exec "$@"', one_cpu_quota)
-    st = run_clients(reg, procs, "short", 100, "1", prefix=join)
+    st = run_clients(reg, procs, "short", 100, "1", prefix=one_cpu_quota)
     short = st["fallback_by_reason"].get("short-lived", 0)
     assert st["accelerated_client"] >= 8, st
     assert short >= 80, st

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import SMCLO, free_port, wait_port
+from conftest import SMCLO, cgroup_top, cpu_quota_files, free_port, make_cgroup, wait_port
 
 SECONDS = "1"
 
@@ -65,27 +65,25 @@ def cpusets(procs):
     """Two cpuset cgroups of one CPU each (v1's cpuset controller, else v2's),
     as Kubernetes' static CPU manager gives two pods; yields the prefix
     that starts a command in each."""
-    v1_top = "/sys/fs/cgroup/cpuset"
-    v1 = os.path.exists(os.path.join(v1_top, "cpuset.cpus"))
-    top = v1_top if v1 else "/sys/fs/cgroup"
-    if not v1:
-        with open(os.path.join(top, "cgroup.subtree_control"), "w") as f:
-            f.write("+cpuset")
-    made = []
-    for cpu in (0, 1):
-        path = os.path.join(top, "smclo-spin-%d-%d" % (os.getpid(), cpu))
-        os.mkdir(path)
-        made.append(path)
-        with open(os.path.join(path, "cpuset.cpus"), "w") as f:
-            f.write(str(cpu))
-        if v1:
-            with open(os.path.join(path, "cpuset.mems"), "w") as f:
-                f.write(open(os.path.join(v1_top, "cpuset.mems")).read().strip())
-    yield [("sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(p, "cgroup.procs"))
-           for p in made]
-    procs.stop_all()    # a cgroup goes once its processes have
-    for path in made:
-        os.rmdir(path)
+    top, v1 = cgroup_top("cpuset", "cpuset", "cpuset.cpus")
+    mems = open(os.path.join(top, "cpuset.mems")).read().strip() if v1 else None
+    yield from cgroups(procs, top, "cpuset", [
+        dict({"cpuset.cpus": str(cpu)}, **({"cpuset.mems": mems} if v1 else {}))
+        for cpu in (0, 1)])
+
+
+def cgroups(procs, top, name, settings):
+    """One cgroup under @top for each of @settings (files to write); yields
+    their prefixes, and takes them away once their processes are gone."""
+    made = [os.path.join(top, "smclo-%s-%d-%d" % (name, os.getpid(), i))
+            for i in range(len(settings))]
+    try:
+        yield [make_cgroup(path, files) for path, files in zip(made, settings)]
+    finally:
+        procs.stop_all()    # a cgroup goes once its processes have
+        for path in made:
+            if os.path.isdir(path):
+                os.rmdir(path)
 
 
 @needs_two_cpus
@@ -98,30 +96,8 @@ def test_cpusets_of_one_cpu_each_the_reader_spins(reg, procs, cpusets):
 def quotas(procs):
     """Two cgroups under a quota of one CPU each (v1's cpu controller, else
     v2's cpu.max), as `--cpus=1` sets them; the prefixes that join them."""
-    v1_top = "/sys/fs/cgroup/cpu"
-    v1 = os.path.exists(os.path.join(v1_top, "cpu.cfs_quota_us"))
-    top = v1_top if v1 else "/sys/fs/cgroup"
-    if not v1:
-        with open(os.path.join(top, "cgroup.subtree_control"), "w") as f:
-            f.write("+cpu")
-    made = []
-    for side in ("server", "client"):
-        path = os.path.join(top, "smclo-quota-%d-%s" % (os.getpid(), side))
-        os.mkdir(path)
-        made.append(path)
-        if v1:
-            with open(os.path.join(path, "cpu.cfs_period_us"), "w") as f:
-                f.write("100000")
-            with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
-                f.write("100000")
-        else:
-            with open(os.path.join(path, "cpu.max"), "w") as f:
-                f.write("100000 100000")
-    yield [("sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(p, "cgroup.procs"))
-           for p in made]
-    procs.stop_all()
-    for path in made:
-        os.rmdir(path)
+    top, v1 = cgroup_top("cpu", "cpu", "cpu.cfs_quota_us")
+    yield from cgroups(procs, top, "quota", [cpu_quota_files(v1)] * 2)
 
 
 @needs_two_cpus
