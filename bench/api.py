@@ -28,6 +28,13 @@ processes) beside it:
           under the table).  Stream and ping-pong rows only.  Built here
           with cargo into build/iceoryx2-target; without cargo, or if the
           build fails, its column shows "-" and the run says why.
+  iceoryx2-spin  the ping-pong with iceoryx2 at its best, as its own
+          benchmarks run it: a pure spin, the next sample loaned ahead
+  iceoryx2-ref  iceoryx2's own publish-subscribe benchmark's method: one
+          process, two threads pinned to CPUs 0 and 1, a pure spin, the
+          payload written once and never read; its mean round trip
+  The ping-pong rows' anchors get a table of their own: the API against
+  iceoryx2 at its best (the better of the two), CPU beside each.
 
 The receiver reads every byte of every message (sums it): a benchmark that
 never touches the payload measures pointer passing, not transfer.
@@ -71,18 +78,24 @@ ROWS = [
     ("100 B messages", "rate", 100, "k msg/s", True, ("tcp", "unix", "smclo", "api")),
     # the API's column: one claim carries many messages (SMCLO_KEEP)
     ("100 B messages, claim kept", "rate-keep", 100, "k msg/s", True, ("smclo", "api")),
-    ("64 B ping-pong (median)", "pingpong", 64, "us", False, NO_POOL + ("iceoryx2-wait",)),
+    ("64 B ping-pong (median)", "pingpong", 64, "us", False,
+     NO_POOL + ("iceoryx2-wait", "iceoryx2-spin", "iceoryx2-ref")),
     ("64 B ping-pong, pinned apart (taskset 0 / 1)", "pingpong", 64, "us", False,
-     ("tcp", "smclo", "api")),
+     ("tcp", "smclo", "api", "iceoryx2", "iceoryx2-spin", "iceoryx2-ref")),
+    # a pure spin sharing its CPU with the peer holds it until the tick: no spin way here
     ("64 B ping-pong, pinned together (taskset 0 / 0)", "pingpong", 64, "us", False,
-     ("tcp", "smclo", "api")),
+     ("tcp", "smclo", "api", "iceoryx2")),
 ]
 # rows whose server and client are each `taskset -c` to one CPU: (server, client)
 PINS = {"64 B ping-pong, pinned apart (taskset 0 / 1)": (0, 1),
         "64 B ping-pong, pinned together (taskset 0 / 0)": (0, 0)}
 # iceoryx2-wait: icebench's ping-pong with each side asleep in a listener
-WAYS = ["tcp", "unix", "smclo", "api", "pool", "iceoryx2", "iceoryx2-wait"]
-ICE_WAYS = ("iceoryx2", "iceoryx2-wait")
+WAYS = ["tcp", "unix", "smclo", "api", "pool", "iceoryx2", "iceoryx2-wait", "iceoryx2-spin",
+        "iceoryx2-ref"]
+# icebench's TEST for each of its ways ("iceoryx2" takes the row's own)
+ICE_TESTS = {"iceoryx2-wait": "pingpong-wait", "iceoryx2-spin": "pingpong-spin",
+             "iceoryx2-ref": "reference"}
+ICE_WAYS = ("iceoryx2",) + tuple(ICE_TESTS)
 
 
 def build_icebench():
@@ -141,7 +154,7 @@ def run_once(test, size, way, secs, pin=None):
         prog, how, env = APIBENCH, [how], env_for(way)
         addr = str(WORK / ("s-%d.sock" % port)) if way == "unix" else str(port)
     name = os.path.basename(prog)
-    what = "pingpong-wait" if way == "iceoryx2-wait" else test.split("-")[0]
+    what = ICE_TESTS.get(way, test.split("-")[0])
     srv = subprocess.Popen(server_pin + [prog, "serve", addr] + how + [what, str(size)], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = None
@@ -218,7 +231,33 @@ def table(results, runs, secs, ice_why):
             lines.append("iceoryx2's ping-pong with each side asleep in an iceoryx2 listener "
                          "instead of polling: %s us median, CPU %s s." % (fmt(wait[0]),
                                                                          fmt(wait[1])))
-    return lines
+    return lines + anchors(results)
+
+
+def anchors(results):
+    """The ping-pong rows' anchors: the API against iceoryx2 at its best."""
+    fmt = lambda x: "-" if x is None else "%.2f" % x
+    rows = []
+    for name, test, size, unit, hib, ways in ROWS:
+        if name not in results or test != "pingpong":
+            continue
+        v = {w: med(results[name][w], 0) for w in WAYS}
+        c = {w: med(results[name][w], 1) for w in WAYS}
+        ice = [v[w] for w in ("iceoryx2-spin", "iceoryx2-ref") if v[w]]
+        best = min(ice) if ice else None
+        rows.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            name, fmt(v["api"]), fmt(v["iceoryx2"]), fmt(v["iceoryx2-spin"]),
+            fmt(v["iceoryx2-ref"]), "-" if not (best and v["api"]) else "%.2fx" % (v["api"] / best),
+            " / ".join(fmt(c[w]) for w in ("api", "iceoryx2", "iceoryx2-spin", "iceoryx2-ref"))))
+    if not rows:
+        return []
+    return ["", "Anchors of the ping-pong (us, median; iceoryx2's own method: the mean round "
+            "trip, half of it what that benchmark prints as its latency).  API/best: the API's "
+            "round trip over iceoryx2's better one of spin and own method (below 1: the API "
+            "is faster).", "",
+            "| row | smclo API | iceoryx2 (yield) | iceoryx2 at its best (spin, loan ahead) "
+            "| iceoryx2's own method | API/best | CPU s API / yield / spin / own |",
+            "|---|---|---|---|---|---|---|"] + rows
 
 
 def ice_version():

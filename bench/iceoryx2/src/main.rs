@@ -25,6 +25,16 @@
 //!                  (event services NAME.ping-ev, NAME.pong-ev) until the
 //!                  other's notifier wakes it, as an event-driven program
 //!                  would (the sockets' rows block in the kernel too)
+//!   pingpong-spin  iceoryx2 at its best, as its own benchmarks run it: a
+//!                  pure spin between polls (no yield) and the next sample
+//!                  loaned ahead, while the answer is on its way; every
+//!                  byte still written and summed
+//!   reference      iceoryx2's own publish-subscribe benchmark's method, in
+//!                  one process: two threads, each pinned to its CPU (0 and
+//!                  1), a pure spin, the initiator's next sample loaned
+//!                  ahead, the payload neither written nor read; the mean
+//!                  round trip (that benchmark prints half of it as its
+//!                  latency).  The server side only says "ready"
 //!
 //! The server checks nothing itself: the client compares the server's byte
 //! count and sum with its own (bulk) or each answer's length and byte sum
@@ -130,13 +140,24 @@ fn publisher(svc: &Bytes, size: usize) -> Result<Publisher, Error> {
 /// sample of the data segment is still queued or held by the subscriber:
 /// then try again (a yield, as the other side has the data to read).
 fn put(publ: &Publisher, v: u8, n: usize) -> Result<(), Error> {
-    let mut sample = loop {
+    fill_send(loan(publ, n)?, v)
+}
+
+type Loaned = iceoryx2::sample_mut_uninit::SampleMutUninit<ipc::Service, [MaybeUninit<u8>], ()>;
+
+/// A sample of `n` bytes, waiting while none is free.
+fn loan(publ: &Publisher, n: usize) -> Result<Loaned, Error> {
+    loop {
         match publ.loan_slice_uninit(n) {
-            Ok(s) => break s,
+            Ok(s) => return Ok(s),
             Err(LoanError::OutOfMemory) | Err(LoanError::ExceedsMaxLoans) => pause(),
             Err(e) => return Err(e.into()),
         }
-    };
+    }
+}
+
+/// Fill every byte of a loaned sample with `v` and send it.
+fn fill_send(mut sample: Loaned, v: u8) -> Result<(), Error> {
     sample.payload_mut().fill(MaybeUninit::new(v));
     unsafe { sample.assume_init() }.send()?;
     Ok(())
@@ -270,6 +291,15 @@ fn client_bulk(node: &Node<ipc::Service>, name: &str, size: usize, secs: f64) ->
 struct Waiter {
     notifier: Option<iceoryx2::port::notifier::Notifier<ipc::Service>>,
     listener: Option<iceoryx2::port::listener::Listener<ipc::Service>>,
+    spin: bool, // between polls: a pure spin, not a yield (pingpong-spin)
+}
+
+/// How a ping-pong waits and loans: from its TEST.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Yield, // pingpong: poll, yield between polls, loan when sending
+    Wait,  // pingpong-wait: sleep in a listener
+    Spin,  // pingpong-spin: poll in a pure spin, the next sample loaned ahead
 }
 
 impl Waiter {
@@ -278,15 +308,16 @@ impl Waiter {
     fn new(
         node: &Node<ipc::Service>,
         name: &str,
-        wait: bool,
+        mode: Mode,
         mine: &str,
         theirs: &str,
         create: bool,
     ) -> Result<Waiter, Error> {
-        if !wait {
+        if mode != Mode::Wait {
             return Ok(Waiter {
                 notifier: None,
                 listener: None,
+                spin: mode == Mode::Spin,
             });
         }
         let event = |what: &str| -> Result<_, Error> {
@@ -300,6 +331,7 @@ impl Waiter {
         Ok(Waiter {
             notifier: Some(notifier),
             listener: Some(listener),
+            spin: false,
         })
     }
 
@@ -325,6 +357,7 @@ impl Waiter {
                 Some(l) => {
                     l.blocking_wait(|_| {})?;
                 }
+                None if self.spin => core::hint::spin_loop(),
                 None => pause(),
             }
         }
@@ -337,23 +370,28 @@ fn serve_pingpong(
     node: &Node<ipc::Service>,
     name: &str,
     size: usize,
-    wait: bool,
+    mode: Mode,
 ) -> Result<(), Error> {
     let ping = bytes_service(node, &service_name(name, "ping")?, 1, true)?;
     let pong = bytes_service(node, &service_name(name, "pong")?, 1, true)?;
-    let w = Waiter::new(node, name, wait, "ping", "pong", true)?;
+    let w = Waiter::new(node, name, mode, "ping", "pong", true)?;
     let sub = ping.subscriber_builder().create()?;
     let publ = publisher(&pong, size)?;
     println!("ready");
 
     loop {
+        // loaned ahead: the answer's sample is ready before the ping comes
+        let ahead = if mode == Mode::Spin { Some(loan(&publ, size)?) } else { None };
         let s = w.next(&sub)?;
         if s.payload().is_empty() {
             break;
         }
         let v = sum_bytes(s.payload()) as u8;
         drop(s); // back to the client's data segment before answering
-        put(&publ, v, size)?;
+        match ahead {
+            Some(sample) => fill_send(sample, v)?,
+            None => put(&publ, v, size)?,
+        }
         w.sent()?;
     }
     linger(|| pong.dynamic_config().number_of_subscribers());
@@ -365,13 +403,15 @@ fn client_pingpong(
     name: &str,
     size: usize,
     secs: f64,
-    wait: bool,
+    mode: Mode,
 ) -> Result<(), Error> {
     let ping = bytes_service(node, &service_name(name, "ping")?, 1, false)?;
     let pong = bytes_service(node, &service_name(name, "pong")?, 1, false)?;
-    let w = Waiter::new(node, name, wait, "pong", "ping", false)?;
+    let w = Waiter::new(node, name, mode, "pong", "ping", false)?;
     let sub = pong.subscriber_builder().create()?;
     let publ = publisher(&ping, size)?;
+    // the next ping's sample, loaned while the answer is on its way (Spin)
+    let mut ahead = if mode == Mode::Spin { Some(loan(&publ, size)?) } else { None };
 
     let cap = 1 << 22;
     let mut rtt: Vec<f64> = Vec::with_capacity(cap);
@@ -381,7 +421,13 @@ fn client_pingpong(
     let total = loop {
         let a = Instant::now();
         let v = n as u8;
-        put(&publ, v, size)?;
+        match ahead.take() {
+            Some(sample) => {
+                fill_send(sample, v)?;
+                ahead = Some(loan(&publ, size)?);
+            }
+            None => put(&publ, v, size)?,
+        }
         w.sent()?;
         let s = w.next(&sub)?;
         // the answer is SIZE bytes, each the sum of our SIZE bytes of v
@@ -397,6 +443,7 @@ fn client_pingpong(
             break (t - t0).as_secs_f64();
         }
     };
+    drop(ahead); // one loan at a time: the end mark needs it
     put(&publ, 0, 0)?; // the end mark: an empty ping
     w.sent()?;
     rtt.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -407,6 +454,120 @@ fn client_pingpong(
         rtt[rtt.len() / 2] * 1e6,
         rtt[rtt.len() * 99 / 100] * 1e6,
         ok
+    );
+    Ok(())
+}
+
+// ---- reference: iceoryx2's own benchmark's method ---------------------------
+
+/// Pin the calling thread to `cpu` (as iceoryx2's benchmark pins each participant).
+fn pin_thread(cpu: usize) -> Result<(), Error> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; pid 0 is this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+    }
+    Ok(())
+}
+
+/// A service of one publisher and one subscriber whose queue of one sample
+/// overflows safely, as that benchmark makes them.
+fn reference_service(node: &Node<ipc::Service>, name: &str, what: &str) -> Result<Bytes, Error> {
+    Ok(node
+        .service_builder(&service_name(name, what)?)
+        .publish_subscribe::<[u8]>()
+        .max_publishers(1)
+        .max_subscribers(1)
+        .history_size(0)
+        .subscriber_max_buffer_size(1)
+        .enable_safe_overflow(true)
+        .create()?)
+}
+
+/// A sample of `size` bytes, written once (its --send-copy), never read.
+fn reference_sample(
+    publ: &Publisher,
+    size: usize,
+) -> Result<iceoryx2::sample_mut::SampleMut<ipc::Service, [u8], ()>, Error> {
+    let mut sample = publ.loan_slice_uninit(size)?;
+    sample.payload_mut().fill(MaybeUninit::new(0));
+    Ok(unsafe { sample.assume_init() })
+}
+
+/// Participant 1 (CPU 0): send, loan the next sample, spin for the answer;
+/// for `secs`, then tell participant 2 to stop.  The round trips made.
+fn reference_initiator(
+    a2b: &Bytes,
+    b2a: &Bytes,
+    size: usize,
+    secs: f64,
+    start: &std::sync::Barrier,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<(u64, f64), Error> {
+    pin_thread(0)?;
+    let publ = a2b.publisher_builder().initial_max_slice_len(size).create()?;
+    let sub = b2a.subscriber_builder().create()?;
+    start.wait();
+    let t0 = Instant::now();
+    let mut sample = reference_sample(&publ, size)?;
+    let mut n = 0u64;
+    loop {
+        sample.send()?;
+        sample = reference_sample(&publ, size)?;
+        while sub.receive()?.is_none() {}
+        n += 1;
+        if n % 1024 == 0 && t0.elapsed().as_secs_f64() >= secs {
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    Ok((n, t0.elapsed().as_secs_f64()))
+}
+
+/// Participant 2 (CPU 1): loan, spin for the ping, send the answer.
+fn reference_responder(
+    a2b: &Bytes,
+    b2a: &Bytes,
+    size: usize,
+    start: &std::sync::Barrier,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<(), Error> {
+    pin_thread(1)?;
+    let publ = b2a.publisher_builder().initial_max_slice_len(size).create()?;
+    let sub = a2b.subscriber_builder().create()?;
+    start.wait();
+    loop {
+        let sample = reference_sample(&publ, size)?;
+        while sub.receive()?.is_none() {
+            if stop.load(std::sync::atomic::Ordering::Acquire) {
+                return Ok(());
+            }
+        }
+        sample.send()?;
+    }
+}
+
+fn reference(node: &Node<ipc::Service>, name: &str, size: usize, secs: f64) -> Result<(), Error> {
+    let a2b = reference_service(node, name, "a2b")?;
+    let b2a = reference_service(node, name, "b2a")?;
+    let start = std::sync::Barrier::new(2);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (n, t) = std::thread::scope(|sc| -> Result<(u64, f64), Error> {
+        let responder = sc.spawn(|| {
+            reference_responder(&a2b, &b2a, size, &start, &stop).map_err(|e| e.to_string())
+        });
+        let r = reference_initiator(&a2b, &b2a, size, secs, &start, &stop);
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        responder.join().map_err(|_| "the responder panicked")??;
+        r
+    })?;
+    let mean_us = t / n as f64 * 1e6;
+    println!(
+        "{{\"round_trips\": {}, \"seconds\": {:.4}, \"p50_us\": {:.3}, \"p99_us\": null, \"mean\": true, \"ok\": true}}",
+        n, t, mean_us
     );
     Ok(())
 }
@@ -424,12 +585,21 @@ fn run(args: &[String]) -> Result<(), Error> {
         // what a killed run left (its shared memory) goes now, not at reboot
         node.try_cleanup_dead_nodes();
     }
-    let wait = test == "pingpong-wait";
+    let mode = match test {
+        "pingpong-wait" => Mode::Wait,
+        "pingpong-spin" => Mode::Spin,
+        _ => Mode::Yield,
+    };
     match (serve, test) {
         (true, "bulk") => serve_bulk(&node, name, size),
-        (true, _) => serve_pingpong(&node, name, size, wait),
+        (true, "reference") => {
+            println!("ready"); // the client runs both ends
+            Ok(())
+        }
+        (true, _) => serve_pingpong(&node, name, size, mode),
         (false, "bulk") => client_bulk(&node, name, size, args[5].parse()?),
-        (false, _) => client_pingpong(&node, name, size, args[5].parse()?, wait),
+        (false, "reference") => reference(&node, name, size, args[5].parse()?),
+        (false, _) => client_pingpong(&node, name, size, args[5].parse()?, mode),
     }
 }
 
@@ -437,12 +607,14 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let usage = args.len() < 5
         || !["serve", "client"].contains(&args[1].as_str())
-        || !["bulk", "pingpong", "pingpong-wait"].contains(&args[3].as_str())
+        || !["bulk", "pingpong", "pingpong-wait", "pingpong-spin", "reference"]
+            .contains(&args[3].as_str())
         || args.len() != if args[1] == "client" { 6 } else { 5 };
     if usage {
         eprintln!(
-            "usage: icebench serve NAME bulk|pingpong|pingpong-wait SIZE\n       \
-             icebench client NAME bulk|pingpong|pingpong-wait SIZE SECONDS"
+            "usage: icebench serve NAME TEST SIZE\n       \
+             icebench client NAME TEST SIZE SECONDS\n\
+             TEST: bulk, pingpong, pingpong-wait, pingpong-spin or reference"
         );
         std::process::exit(2);
     }
