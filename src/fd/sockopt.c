@@ -29,9 +29,6 @@
 #ifndef AF_SMC
 #define AF_SMC 43
 #endif
-#ifndef SOL_TLS
-#define SOL_TLS 282
-#endif
 
 /* An int option's answer, as the kernel gives it: cut to a shorter buffer. */
 static int put_int(void *val, socklen_t *len, int v)
@@ -131,11 +128,14 @@ int sockopt_get(struct conn *c, int fd, int level, int opt, void *val, socklen_t
 
 /*
  * An upper layer protocol under the socket (TCP_ULP: kernel TLS, then its
- * keys at SOL_TLS) would be set on the hidden TCP socket, which carries
- * none of this connection's bytes: the program would write plaintext for
- * the kernel to encrypt, and the ring would carry it as it is.  Refused as
- * a kernel without the protocol refuses it, so the program (OpenSSL) keeps
- * encrypting in user space: 0, or the -errno of that refusal.
+ * keys at SOL_TLS) set on the hidden TCP socket, which carries none of this
+ * connection's bytes, would have the program write plaintext for the
+ * kernel to encrypt, and the ring would carry it as it is.  So the shim
+ * moves a connection to its TCP socket first where the kernel would take
+ * the protocol (sockopt_ulp_probe); what reaches here is a connection that
+ * cannot move, and the option is refused as a kernel without the protocol
+ * refuses it, so the program (OpenSSL) keeps encrypting in user space: 0,
+ * or the -errno of that refusal.
  */
 static int sockopt_refused(int level, int opt)
 {
@@ -144,6 +144,20 @@ static int sockopt_refused(int level, int opt)
 	if (level == SOL_TLS)
 		return -ENOPROTOOPT;    /* not a socket with TLS on it */
 	return 0;
+}
+
+int sockopt_ulp_probe(const void *val, socklen_t len)
+{
+	int s = sys_socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int rc;
+
+	if (s < 0)
+		return -errno;
+	/* the protocol exists and wants a connection (kernel TLS), or takes
+	 * any socket; else what the connection itself would have been told */
+	rc = sys_setsockopt(s, IPPROTO_TCP, TCP_ULP, val, len) == 0 || errno == ENOTCONN ? 0 : -errno;
+	sys_close(s);
+	return rc;
 }
 
 /* SO_LINGER {1, 0} makes the last close an abort, which the peer hears as a

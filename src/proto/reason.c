@@ -33,6 +33,7 @@ static const struct {
 	[R_SANDBOX]         = { "sandbox", "the process confines itself (seccomp, fd limit): on TCP" },
 	[R_PEER_MOVED]      = { "peer-moved", "the peer moved the connection to TCP" },
 	[R_URGENT]          = { "urgent-data", "urgent data sent (MSG_OOB): on TCP" },
+	[R_KERNEL_TLS]      = { "kernel-tls", "kernel TLS (TCP_ULP) set: on TCP, where the kernel encrypts" },
 };
 
 const char *reason_id(int r)

@@ -41,6 +41,8 @@ enum smclo_reason {
 	                          are not accelerated (core/move.c, shim/seccomp.c) */
 	R_PEER_MOVED,          /* the peer moved the connection to TCP (core/move.c) */
 	R_URGENT,              /* urgent data (MSG_OOB) sent: the connection went on over TCP */
+	R_KERNEL_TLS,          /* an upper layer protocol (TCP_ULP: kernel TLS) set: the connection
+	                          went on over TCP, where the kernel encrypts (shim/socket.c) */
 	R_COUNT
 };
 

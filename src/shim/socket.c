@@ -222,12 +222,56 @@ EXPORT int getsockopt(int fd, int level, int opt, void *val, socklen_t *len)
 	return (int)shim_ret(rc);
 }
 
+/*
+ * Kernel TLS where the kernel offers it (sockopt_ulp_probe): the connection
+ * goes on over its TCP socket first (core/move.c), which then takes the
+ * option as it would on TCP, and its keys after it.  Where it cannot move
+ * (no TCP beneath) the option is refused as a kernel without it refuses it
+ * (fd/sockopt.c).  1 if this answered (*@rc), 0 for sockopt_set.
+ */
+static int setsockopt_ulp(struct conn *c, int fd, const void *val, socklen_t len, int *rc)
+{
+	REAL(setsockopt);
+	int probe = sockopt_ulp_probe(val, len);
+
+	if (probe < 0) {
+		*rc = probe;
+		return 1;
+	}
+	if (hs_move_now(c, fd, R_KERNEL_TLS) < 0)
+		return 0;
+	*rc = real_setsockopt(fd, IPPROTO_TCP, TCP_ULP, val, len) < 0 ? -errno : 0;
+	return 1;
+}
+
+/*
+ * TLS_RX on a connection moved for kernel TLS while bytes the peer sent
+ * before the move still wait in the ring: the kernel would decrypt what
+ * reaches the TCP socket, and these never do.  Refused (EBUSY), so the
+ * program decrypts in user space what it reads (OpenSSL keeps that
+ * direction itself when the kernel's fails); with the ring empty the
+ * kernel takes it, and everything after the move comes through it.
+ */
+static int tls_rx_before_ring_drained(int fd, int level, int opt)
+{
+	struct conn *c;
+	int holds;
+
+	if (level != SOL_TLS || opt != TLS_RX || !(c = fd_get_conn(fd)))
+		return 0;
+	holds = c->mode == MODE_SHM && atomic_load(&c->moved_here) && rx_ring_holds(c);
+	conn_put(c);
+	return holds;
+}
+
 EXPORT int setsockopt(int fd, int level, int opt, const void *val, socklen_t len)
 {
 	REAL(setsockopt);
 	struct conn *c = shim_conn(fd);
 	int rc;
 
+	if (!c && tls_rx_before_ring_drained(fd, level, opt))
+		return (int)shim_ret(-EBUSY);
 	if (!c) {
 		if (level == SOL_SOCKET && (opt == SO_RCVTIMEO_OLD || opt == SO_SNDTIMEO_OLD ||
 		                            opt == SO_RCVTIMEO_NEW || opt == SO_SNDTIMEO_NEW)) {
@@ -241,7 +285,8 @@ EXPORT int setsockopt(int fd, int level, int opt, const void *val, socklen_t len
 			hs_listener_defers(fd);
 		return rc;
 	}
-	rc = sockopt_set(c, fd, level, opt, val, len);
+	if (!(level == IPPROTO_TCP && opt == TCP_ULP && setsockopt_ulp(c, fd, val, len, &rc)))
+		rc = sockopt_set(c, fd, level, opt, val, len);
 	conn_put(c);
 	return (int)shim_ret(rc);
 }

@@ -392,3 +392,30 @@ def unknown_options(e):
 
 
 add("opt-unknown", unknown_options, unknown_options)
+
+
+TCP_ULP = 31
+SOL_TLS, TLS_TX = 282, 1
+
+
+@case
+class opt_tcp_ulp:
+    """An upper layer protocol asked for (OpenSSL's first step into kernel
+    TLS, a protocol a program may not set, one that does not exist), then
+    TLS keys: each refused or taken as the kernel does; the bytes still
+    plain both ways."""
+    def server(e):
+        e.sync("tried")
+        e.do("recv", e.sock.recv, 5, socket.MSG_WAITALL)
+        e.sock.sendall(b"plain")
+        e.sync("done")
+
+    def client(e):
+        for name in (b"tls", b"mptcp", b"no-such-ulp"):
+            e.do("ulp " + name.decode(), e.sock.setsockopt, TCP, TCP_ULP, name)
+        e.do("ulp read", e.sock.getsockopt, TCP, TCP_ULP, 16)
+        e.do("tls tx", e.sock.setsockopt, SOL_TLS, TLS_TX, b"\0" * 40)
+        e.sync("tried")
+        e.sock.sendall(b"plain")
+        e.do("recv", e.sock.recv, 5, socket.MSG_WAITALL)
+        e.sync("done")
