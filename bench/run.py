@@ -134,10 +134,12 @@ class Run:
     @defaults, smclo as it comes (the host's shared registry, no setting):
     its counters are every user's, read before and after as the others'."""
 
-    def __init__(self, mode, defaults=False):
+    def __init__(self, mode, defaults=False, settings=None):
         self.mode = mode
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("SMCLO_")}
         self.env.pop("LD_PRELOAD", None)
+        if mode == "smclo":
+            self.env.update(settings or {})
         self.registry = Path("/dev/shm/smclo") if defaults else WORK / "registry"
         if mode == "smclo" and not defaults:
             self.env["SMCLO_DIR"] = str(self.registry)
@@ -212,15 +214,17 @@ def iperf3(mode, secs):
     return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9, cpu
 
 
-def worker(test, size):
+def worker(test, size, settings=None):
+    """The bench worker's @test; @settings: SMCLO_* for the smclo column."""
     def row(mode, secs):
         port = free_port()
         # the workers meet at a port on 127.0.0.1, or at an AF_UNIX socket path
         where = str(WORK / ("worker-%d.sock" % port)) if mode == "unix" else str(port)
-        out, cpu = Run(mode)([SMCLO, "__bench-worker", "server", where, test, str(size), "0"],
-                             [SMCLO, "__bench-worker", "client", where, test, str(size),
-                              str(secs)], ready_port=None if mode == "unix" else port,
-                             ready_path=where if mode == "unix" else None)
+        run = Run(mode, settings=settings)
+        out, cpu = run([SMCLO, "__bench-worker", "server", where, test, str(size), "0"],
+                       [SMCLO, "__bench-worker", "client", where, test, str(size), str(secs)],
+                       ready_port=None if mode == "unix" else port,
+                       ready_path=where if mode == "unix" else None)
         v = float(re.search(r"value ([\d.]+)", out).group(1))
         return (1e6 / v if test == "pingpong" else v), cpu
     return row
@@ -329,14 +333,17 @@ ROWS = [
     ("sockperf throughput 64000 B, pinned together (taskset 0 / 0)", "MB/s", True, ">= 1x",
      ">= 1x", "n/a", pinned(sockperf("tp"), 0, 0),
      "taskset -c 0 sockperf sr ... ; taskset -c 0 sockperf tp ... -m 64000"),
-    ("100 B request/response rate, 1 conn, pinned apart (taskset 0 / 1)", "msg/s", True,
+    ("100 B request/response rate, pinned apart (taskset 0 / 1)", "msg/s", True,
      ">= 3x", ">= 5x", "1.78x", pinned(worker("pingpong", 100), 0, 1),
      "taskset -c 0 smclo __bench-worker server P pingpong 100 0 ; taskset -c 1 ... client P pingpong 100 T"),
-    ("100 B request/response rate, 1 conn, pinned together (taskset 0 / 0)", "msg/s", True,
+    ("100 B request/response rate, pinned together (taskset 0 / 0)", "msg/s", True,
      ">= 1x", ">= 1x", "n/a", pinned(worker("pingpong", 100), 0, 0),
      "taskset -c 0 smclo __bench-worker server P pingpong 100 0 ; taskset -c 0 ... client P pingpong 100 T"),
     ("connection setup (connect, 100 B RTT, close)", "conn/s", True, ">= 0.85x", ">= 1x", "n/a",
      worker("connect", 100), "smclo __bench-worker server P connect 100 0 ; ... client P connect 100 T (AF_UNIX: a socket path for P)"),
+    ("connection setup, without TCP (SMCLO_DIRECT=1, an opt-in)", "conn/s", True, ">= 0.85x",
+     ">= 1x", "n/a", worker("connect", 100, {"SMCLO_DIRECT": "1"}),
+     "SMCLO_DIRECT=1 at both ends; otherwise as the row above"),
 ]
 
 MODES = ["tcp", "unix", "smclo"]

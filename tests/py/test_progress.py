@@ -39,7 +39,8 @@ def test_smclo_bench_on_a_terminal_rewrites_its_line(reg):
 def test_bench_run_py_prints_steps_with_eta(reg):
     env = dict(reg.env, SMCLO_BUILD=str(BUILD))
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--runs", "1",
-                        "--seconds", "0.3", "--only", "request/response"], env=env,
+                        "--seconds", "0.3", "--only", "request/response rate, 1 conn"],
+                       env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     found = steps(r.stdout)
