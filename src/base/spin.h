@@ -67,11 +67,20 @@ static inline void spin_lock_drop(atomic_flag *lock)
 
 /*
  * For waiters that watch many things at once (epoll_watch.c): the end of a spin
- * starting now, or 0 when spinning does not pay (more runnable tasks than
- * CPUs; one CPU allowed and no peer known to run on another: @peer_cpu as
- * spin_for_change's), on the clock of mono_now_ns() (sys.h).
+ * starting now, or 0 when watching does not pay (more runnable tasks than
+ * CPUs; one CPU allowed and no peer's CPU known: @peer_cpu as
+ * spin_for_change's), on the clock of mono_now_ns() (sys.h); *@way says
+ * how to wait between looks (spin_relax).
  */
-long long spin_deadline(uint32_t peer_cpu);
+long long spin_deadline(uint32_t peer_cpu, int *way);
+
+/* How a watch waits between its looks (*way of spin_deadline): a pause
+ * instruction, or sched_yield() while the peer shares our CPU and needs it
+ * to write what we wait for. */
+#define SPIN_OFF   0
+#define SPIN_BUSY  1
+#define SPIN_YIELD 2
+void spin_relax(int way);
 /* Of two peers' CPUs, the one a wait for either weighs: a peer known to run
  * elsewhere than this thread beats one on our CPU, known beats unknown. */
 uint32_t spin_peer_pick(uint32_t a, uint32_t b);

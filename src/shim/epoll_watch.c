@@ -771,8 +771,8 @@ static uint32_t peers_cpu(struct watch_set *s)
 /* Watch the rings (and the kernel, every KERNEL_LOOK_NS) until something is ready or the spin ends. */
 static int spin_watch(struct watch_set *s, struct epoll_event *ev, int max)
 {
-	long long until = spin_deadline(peers_cpu(s)), next_look;
-	int n = 0;
+	int n = 0, way;
+	long long until = spin_deadline(peers_cpu(s), &way), next_look;
 
 	if (!until)
 		return 0;
@@ -783,7 +783,7 @@ static int spin_watch(struct watch_set *s, struct epoll_event *ev, int max)
 
 		for (int k = 0; k < 16 && !n; k++) {
 			n = report_ready(s, ev, 0, max);
-			__builtin_ia32_pause();
+			spin_relax(way);
 		}
 		if (n)
 			return n;

@@ -174,7 +174,8 @@ static int look_now(struct pollfd *fds, nfds_t n, const struct polled *p, int k,
 /* Watch the rings, and the kernel every KERNEL_LOOK_NS, for one spin. */
 static int spin(struct pollfd *fds, nfds_t n, const struct polled *p, int k)
 {
-	long long until = spin_deadline(peers_cpu(p, k)), next;
+	int way;
+	long long until = spin_deadline(peers_cpu(p, k), &way), next;
 	int r;
 
 	if (!until)
@@ -185,7 +186,7 @@ static int spin(struct pollfd *fds, nfds_t n, const struct polled *p, int k)
 		for (int i = 0; i < 16; i++) {
 			if (rings_unread(p, k))
 				return look_now(fds, n, p, k, NULL);
-			__builtin_ia32_pause();
+			spin_relax(way);
 		}
 		now = mono_now_ns();
 		if (now >= next) {

@@ -172,7 +172,7 @@ BUGS = {}
 #   rlimit-256: everything fits; the client holds all 50 open at once, so offers
 #   pile up and some clients find the inbox full and use the rendezvous.
 # * pinned-apart, pinned-apart-epoll, pinned-together: each end confined to one
-#   CPU (taskset), on two CPUs or on the same one; the waits spin or sleep by
+#   CPU (taskset), on two CPUs or on the same one; the waits spin or yield by
 #   where the peer runs (spin.h), the paths are accept's and epoll's.
 MATRIX_TEXT = """
 pattern            direct         inbox          rendezvous      tcp
@@ -276,7 +276,7 @@ CLIENT_OPTS = {
 
 # rows whose ends are each confined to one CPU (taskset): the server's,
 # the client's.  Whether a wait spins depends on where the peer runs
-# (spin.h): apart they spin, together they sleep; the bytes the same.
+# (spin.h): apart they spin, together they yield; the bytes the same.
 PINNED_ROWS = {"pinned-apart": ("accept", 0, 1), "pinned-apart-epoll": ("epoll-lt", 0, 1),
                "pinned-together": ("epoll-lt", 0, 0)}
 SERVER_FOR.update({row: pat for row, (pat, _, _) in PINNED_ROWS.items()})
