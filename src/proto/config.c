@@ -139,7 +139,7 @@ int config_load(struct smclo_config *c, char *err, size_t errlen)
 	if (env_flag("SMCLO_DISABLE", 0, &c->disabled, err, errlen) < 0 ||
 	    env_flag("SMCLO_DEBUG", 0, &c->debug, err, errlen) < 0 ||
 	    env_flag("SMCLO_CROSS_NETNS", 1, &c->cross_netns, err, errlen) < 0 ||
-	    env_flag("SMCLO_DIRECT", 1, &c->direct, err, errlen) < 0 ||
+	    env_flag("SMCLO_DIRECT", 0, &c->direct, err, errlen) < 0 ||
 	    env_flag("SMCLO_INBOX", 1, &c->inbox, err, errlen) < 0 ||
 	    env_flag("SMCLO_SHORT_LIVED", 1, &c->short_lived, err, errlen) < 0 ||
 	    env_flag("SMCLO_IO_URING", 1, &c->io_uring, err, errlen) < 0 ||

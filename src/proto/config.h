@@ -29,7 +29,9 @@ struct smclo_config {
 	int handshake_ms;
 	int max_conns;
 	int cross_netns;
-	int direct;                 /* blocking listeners take connections without TCP */
+	int direct;                 /* blocking listeners take connections without TCP: an
+	                               opt-in (SMCLO_DIRECT=1), since such a connection has
+	                               no TCP to move to (docs/semantics.md §1) */
 	int inbox;                  /* clients offer through a single acceptor's inbox */
 	int short_lived;            /* keep short-lived connections on TCP when CPUs are busy */
 	int io_uring;               /* pools' kernel zero copy by io_uring SEND_ZC */

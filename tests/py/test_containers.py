@@ -218,8 +218,8 @@ def pid1_procs():
 
 def test_three_pid_namespaces_accelerate(reg, pid1_procs):
     """A server and two clients, each pid 1 of its own PID namespace, one
-    registry: 100 connections, all accelerated (the inbox and direct
-    handshakes), none counted as another user's."""
+    registry: 100 connections, all accelerated (the inbox handshake), none
+    counted as another user's."""
     port = free_port()
     srv = pid1_procs([SMCLO, "run", "--", PY, PEER, "echo-many", "127.0.0.1", str(port)],
                      reg.env)

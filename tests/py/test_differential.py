@@ -4,8 +4,8 @@ Every case in diffcases/ runs a server and a client process (diffpeer.py)
 on a fresh connection, first with both ends plain - the kernel's TCP, run
 twice: a case whose oracle is not deterministic is a broken case - then
 with both ends under smclo on each handshake path, forced: direct (the
-server blocks in accept(), the default), inbox (SMCLO_DIRECT=0 at both
-ends) and rendezvous (SMCLO_INBOX=0 at the client).  Each end's trace
+server blocks in accept(), SMCLO_DIRECT=1 at both ends: an opt-in), inbox
+(the default) and rendezvous (SMCLO_INBOX=0 at the client).  Each end's trace
 under smclo must equal its trace on TCP, and `smclo stats` must show the
 connections accelerated on the path forced.
 
@@ -40,6 +40,7 @@ def known(why, cases, paths=PATHS):
 
 # (case, path) -> the section of docs/semantics.md that says why it differs
 KNOWN = {
+    # the price of an opt-in (SMCLO_DIRECT=1), not of smclo's defaults
     **known("1. direct connections have no TCP connection beneath", """
         opt-so-reuseaddr opt-so-sndbuf opt-tcp-maxseg opt-tcp-window-clamp opt-ip-mtu
         opt-ipv6-v6only opt-ip-on-inet6 opt-accepted-inherits-listener
@@ -122,8 +123,8 @@ def oracle(name, env):
 
 def path_envs(env, path):
     senv, cenv = dict(env), dict(env)
-    if path == "inbox":
-        senv["SMCLO_DIRECT"] = cenv["SMCLO_DIRECT"] = "0"
+    if path == "direct":
+        senv["SMCLO_DIRECT"] = cenv["SMCLO_DIRECT"] = "1"
     elif path == "rendezvous":
         cenv["SMCLO_INBOX"] = "0"
     return senv, cenv

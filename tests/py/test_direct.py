@@ -1,4 +1,5 @@
-"""Connections without TCP (src/handshake/direct.c, the direct handshake).  A server
+"""Connections without TCP (src/handshake/direct.c, the direct handshake), an
+opt-in (SMCLO_DIRECT=1 at both ends).  A server
 whose process blocks in accept() takes an smclo client's connections
 without a TCP connection once it has seen one smclo client: the client makes
 no connect() system call at all, every byte arrives, and both ends name each
@@ -9,6 +10,8 @@ out a timeout, and a client whose offer is not taken in time connects over
 TCP then and replays what it wrote."""
 import os
 import time
+
+import pytest
 
 from conftest import PY, free_port, need, wait_port
 
@@ -42,6 +45,28 @@ for _ in range(int(sys.argv[5])):
     select.select([s], [], [])
     serve(s.accept()[0])
 """
+
+
+@pytest.fixture(autouse=True)
+def direct_on(request, reg):
+    """The direct handshake is an opt-in: SMCLO_DIRECT=1 at both ends (the
+    test of the default leaves it out)."""
+    if request.node.name != "test_off_by_default":
+        reg.env["SMCLO_DIRECT"] = "1"
+
+
+def test_off_by_default(reg, procs):
+    """Without the setting a server blocking in accept() takes every
+    connection through its inbox, over TCP: every one can move to TCP and
+    answers TCP's options as TCP does (docs/semantics.md §1)."""
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], env=reg.env)
+    wait_port(port, proc=srv)
+    short_clients(reg, port, 10)
+    st = reg.wait_stats(lambda s: s["accelerated_server"] >= 10)
+    assert st["accelerated_client"] == 10 and st["fallback"] == 0, st
+    assert st["direct_handshakes"] == 0 and st["inbox_handshakes"] == 10, st
+    assert entry_direct_ids(reg, port) == [0], reg.entries("l")
 
 
 def entry_direct_ids(reg, port):

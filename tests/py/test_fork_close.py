@@ -36,8 +36,8 @@ while True:
 """
 
 PATHS = {
-    "direct": {},
-    "inbox": {"SMCLO_DIRECT": "0"},
+    "direct": {"SMCLO_DIRECT": "1"},       # an opt-in (docs/design.md §2d)
+    "inbox": {},
     "rendezvous": {"SMCLO_INBOX": "0"},
 }
 

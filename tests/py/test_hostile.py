@@ -143,6 +143,8 @@ def test_inbox_server_never_decides(reg, procs, attack):
     client withdraws and goes on over TCP, byte-exact - also when the offer
     was one without TCP (direct-silent): the client connects only then, and
     replays what it wrote."""
+    if attack.startswith("direct"):
+        reg.env["SMCLO_DIRECT"] = "1"      # the victim takes part in the opt-in
     srv, port = start_hostile_server(reg, procs, attack)
     r = run_victim(reg, port, "read")
     assert r.returncode == 0 and r.stdout.strip() == "read 5", r.stdout + r.stderr
@@ -213,6 +215,7 @@ def test_client_sends_unsound_direct_offer(reg, procs, attack, word):
     """An offer without TCP whose proof is a UDP socket, or a malformed one,
     to a server taking connections without TCP: not taken, and the server
     goes on serving (the hostile client then connects over TCP)."""
+    reg.env["SMCLO_DIRECT"] = "1"          # the server takes part in the opt-in
     srv, port = smclo_echo_server(reg, procs)
     assert still_serves(reg, port)      # an smclo client: the next ones need no TCP
     r = hostile_client(reg, port, attack)

@@ -10,9 +10,10 @@ client pattern instead: ssh's ProxyUseFdpass); the client (matrix_client.py)
 makes 20 connections (50 for the descriptor limits), each sending 1 B to
 300 KB of random bytes and reading the echo, byte for byte.  The paths:
 
-  direct      default settings: a server blocking in accept() takes the
-              connections after the first without TCP (docs/design.md §2d)
-  inbox       SMCLO_DIRECT=0 at both ends: the inbox handshake (§2a)
+  direct      SMCLO_DIRECT=1 at both ends (an opt-in): a server blocking in
+              accept() takes the connections after the first without TCP
+              (docs/design.md §2d)
+  inbox       smclo's defaults: the inbox handshake (§2a)
   rendezvous  SMCLO_INBOX=0 at the client: the rendezvous handshake (§2b)
   tcp         the client without smclo: the server falls back, reason
               peer-no-smclo
@@ -47,7 +48,8 @@ test_kill: the peer killed with SIGKILL while this end waits (matrix_kill.py):
 blocking recv, poll/select/epoll for reading, blocking send into a full
 ring, poll/select/epoll for writing after EAGAIN, event-loop waits for
 both - on blocking and non-blocking sockets.  Each must end in EOF,
-ECONNRESET or EPIPE within 1 s.  Server patterns: blocking accept (direct),
+ECONNRESET or EPIPE within 1 s.  Server patterns: blocking accept (direct,
+with SMCLO_DIRECT=1),
 an epoll listener (inbox), prefork (rendezvous), fork per connection with
 the parent closing its copy; the client killed while the server waits, and
 the server killed while the client waits.  The waits of one (pattern, side)
@@ -405,8 +407,8 @@ def tail(path, n=3000):
 def path_envs(reg, path):
     """(server env, client env) for a handshake path."""
     senv, cenv = dict(reg.env), dict(reg.env)
-    if path == "inbox":
-        senv["SMCLO_DIRECT"] = cenv["SMCLO_DIRECT"] = "0"
+    if path == "direct":
+        senv["SMCLO_DIRECT"] = cenv["SMCLO_DIRECT"] = "1"
     elif path == "rendezvous":
         cenv["SMCLO_INBOX"] = "0"
     elif path == "tcp":
@@ -507,6 +509,8 @@ def kill_batch(pattern, side, procs, tmp_path):
     """Run every kind of wait once on (pattern, side); kind -> (outcome, seconds
     after the kill), or a string saying why the batch itself failed."""
     reg = Registry(tmp_path / ("kill-registry-%s-%s" % (pattern, side)))
+    if KILL_PATTERNS[pattern] == "direct":
+        reg.env["SMCLO_DIRECT"] = "1"      # the opt-in: no TCP beneath to end it
     port = free_port()
     roles = ("survivor", "victim") if side == "server" else ("victim", "survivor")
     errs = {r: tmp_path / ("%s-%s-%s.err" % (pattern, side, r)) for r in roles}

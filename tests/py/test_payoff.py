@@ -31,13 +31,13 @@ def busy_cpus(procs):
 
 
 def run_clients(reg, procs, role, conns, short_lived, processes=1, prefix=(), direct="0"):
-    """An echo server (taking connections without TCP if @direct is "1") and
+    """An echo server (taking connections without TCP if @direct is "1", at
+    both ends: the opt-in) and
     @processes clients in turn, each making @conns connections of kind
     @role; both run under @prefix (a command such as taskset)."""
-    env = dict(reg.env, SMCLO_SHORT_LIVED=short_lived)
+    env = dict(reg.env, SMCLO_SHORT_LIVED=short_lived, SMCLO_DIRECT=direct)
     port = free_port()
-    srv = procs.start([*prefix, PY, PEER, "echo", "127.0.0.1", str(port)],
-                      env=dict(env, SMCLO_DIRECT=direct))
+    srv = procs.start([*prefix, PY, PEER, "echo", "127.0.0.1", str(port)], env=env)
     wait_port(port, proc=srv)
     for _ in range(processes):
         r = reg.run([*prefix, PY, PEER, role, "127.0.0.1", str(port), str(conns)], env=env,

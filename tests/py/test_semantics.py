@@ -13,7 +13,10 @@ CHECK = os.path.join(os.path.dirname(__file__), "sockcheck.py")
 @pytest.mark.parametrize("server", ["server", "server-blocking"])
 def test_socket_semantics(reg, procs, tmp_path, server):
     """A server waiting in select() takes connections over TCP; one whose
-    threads block in accept() takes them without (src/handshake/direct.c)."""
+    threads block in accept() takes them without (src/handshake/direct.c)
+    where both ends opt in (SMCLO_DIRECT=1)."""
+    if server == "server-blocking":
+        reg.env["SMCLO_DIRECT"] = "1"
     port = free_port()
     srv = procs.start([PY, CHECK, server, str(port)], reg.env, text=True)
     assert srv.stdout.readline().strip() == "ready"
