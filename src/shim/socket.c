@@ -226,14 +226,20 @@ EXPORT int getsockopt(int fd, int level, int opt, void *val, socklen_t *len)
  * Kernel TLS where the kernel offers it (sockopt_ulp_probe): the connection
  * goes on over its TCP socket first (core/move.c), which then takes the
  * option as it would on TCP, and its keys after it.  Where it cannot move
- * (no TCP beneath) the option is refused as a kernel without it refuses it
- * (fd/sockopt.c).  1 if this answered (*@rc), 0 for sockopt_set.
+ * (no TCP beneath, or a process under a seccomp filter) the option is
+ * refused as a kernel without it refuses it (fd/sockopt.c).  1 if this
+ * answered (*@rc), 0 for sockopt_set.
  */
 static int setsockopt_ulp(struct conn *c, int fd, const void *val, socklen_t len, int *rc)
 {
 	REAL(setsockopt);
-	int probe = sockopt_ulp_probe(val, len);
+	int probe;
 
+	/* a process that confines itself gets no system call of ours (the
+	 * probe's socket), and every connection it has that could move did */
+	if (hs_sandboxed())
+		return 0;
+	probe = sockopt_ulp_probe(val, len);
 	if (probe < 0) {
 		*rc = probe;
 		return 1;
