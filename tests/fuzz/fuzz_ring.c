@@ -91,10 +91,16 @@ void shared_unlock(pthread_mutex_t *m)
 }
 
 /* spin.c: never spins for a non-blocking descriptor, which is all we drive */
-int spin_for_change(int nonblock, const _Atomic uint64_t *word, uint64_t seen,
+int spin_for_change(int nonblock, uint32_t peer_cpu, const _Atomic uint64_t *word, uint64_t seen,
                     const _Atomic uint32_t *flags)
 {
 	return 0;
+}
+
+/* spin.c: where we run is no matter to a harness that never spins */
+void spin_note_cpu(_Atomic uint32_t *slot)
+{
+	(void)slot;
 }
 
 /* ---- the harness ---- */
