@@ -46,13 +46,16 @@ uint32_t spin_cpu_tag(void)
 	return cpu < 0 ? 0 : (uint32_t)cpu + 1;
 }
 
-uint32_t spin_peer_pick(uint32_t a, uint32_t b)
+int spin_confined(void)
 {
-	uint32_t mine = spin_cpu_tag();
+	return cpus_online() < 2 || cpus_allowed(mono_now_ns()) < 2;
+}
 
-	if (a && a != mine)
-		return a;
-	return b ? b : a;
+uint32_t spin_peer_pick(uint32_t picked, uint32_t peer, uint32_t mine)
+{
+	if (picked && picked != mine)
+		return picked;
+	return peer ? peer : picked;
 }
 
 void spin_note_cpu(_Atomic uint32_t *slot)

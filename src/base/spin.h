@@ -81,9 +81,16 @@ long long spin_deadline(uint32_t peer_cpu, int *way);
 #define SPIN_BUSY  1
 #define SPIN_YIELD 2
 void spin_relax(int way);
-/* Of two peers' CPUs, the one a wait for either weighs: a peer known to run
- * elsewhere than this thread beats one on our CPU, known beats unknown. */
-uint32_t spin_peer_pick(uint32_t a, uint32_t b);
+/*
+ * For waits over many connections (poll, an epoll set): whether where the
+ * peers run matters at all (this process may run on one CPU only; if not,
+ * every wait spins alike and no peer need be looked at), and of the CPU
+ * picked so far and a further @peer's, the one the wait weighs: a peer
+ * elsewhere than @mine (spin_cpu_tag) beats one on our CPU, known beats
+ * unknown - once one elsewhere is picked the look may stop.
+ */
+int spin_confined(void);
+uint32_t spin_peer_pick(uint32_t picked, uint32_t peer, uint32_t mine);
 /* Never spin again in this process: its system calls are limited (a
  * seccomp filter), and deciding whether to spin reads /proc. */
 void spin_forbid(void);

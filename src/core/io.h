@@ -244,14 +244,22 @@ static inline void io_bell_each(struct conn *c)
 /* Writable as TCP says it (no lock: a readiness answer): room in our ring,
  * or our side shut down (a write fails at once). */
 /*
- * Before a wait: note the CPU we run on for the peer's waits, and return
- * the one it noted for ours - where the peer is decides whether watching
- * for it pays (spin.h).  The peer's word is only compared, never trusted.
+ * Where the peer last ran (0: not known) - where it is decides whether
+ * watching for it pays, and how (spin.h); the word is only compared,
+ * never trusted.  io_spin_peer_cpu, before a connection's own wait, notes
+ * ours for the peer's waits first (every produce and every consume it
+ * publishes note it too: bell.c, rx.c); a wait over many connections only
+ * reads theirs.
  */
+static inline uint32_t io_peer_cpu(const struct conn *c)
+{
+	return atomic_load_explicit(&c->rx->cpu, memory_order_relaxed);
+}
+
 static inline uint32_t io_spin_peer_cpu(struct conn *c)
 {
 	spin_note_cpu(&c->tx->cpu);
-	return atomic_load_explicit(&c->rx->cpu, memory_order_relaxed);
+	return io_peer_cpu(c);
 }
 
 static inline int tx_has_room(const struct conn *c)

@@ -43,6 +43,7 @@ static void publish_cons(struct conn *c)
 
 	sh->cons_pub = sh->cons;
 	atomic_store_explicit(&c->tx->cons, sh->cons, memory_order_seq_cst);
+	spin_note_cpu(&c->tx->cpu);     /* the same line: where a writer waiting for room looks */
 }
 
 /* Does a doorbell we have not drained carry the peer's pool, with another

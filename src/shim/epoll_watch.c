@@ -761,10 +761,13 @@ static int report_ready(struct watch_set *s, struct epoll_event *ev, int n, int 
 /* Where the peers of the set's connections run, as a spin weighs it (spin.h). */
 static uint32_t peers_cpu(struct watch_set *s)
 {
-	uint32_t cpu = 0;
+	uint32_t cpu = 0, mine;
 
-	for (int i = 0; i < s->n; i++)
-		cpu = spin_peer_pick(cpu, io_spin_peer_cpu(s->e[i].c));
+	if (!spin_confined())
+		return 0;
+	mine = spin_cpu_tag();
+	for (int i = 0; i < s->n && (!cpu || cpu == mine); i++)
+		cpu = spin_peer_pick(cpu, io_peer_cpu(s->e[i].c), mine);
 	return cpu;
 }
 

@@ -87,11 +87,14 @@ static int rings_unread(const struct polled *p, int k)
 /* Where the peers of the watched rings run, as a spin weighs it (spin.h). */
 static uint32_t peers_cpu(const struct polled *p, int k)
 {
-	uint32_t cpu = 0;
+	uint32_t cpu = 0, mine;
 
-	for (int j = 0; j < k; j++)
+	if (!spin_confined())
+		return 0;
+	mine = spin_cpu_tag();
+	for (int j = 0; j < k && (!cpu || cpu == mine); j++)
 		if (p[j].c)
-			cpu = spin_peer_pick(cpu, io_spin_peer_cpu(p[j].c));
+			cpu = spin_peer_pick(cpu, io_peer_cpu(p[j].c), mine);
 	return cpu;
 }
 
