@@ -5,12 +5,13 @@
  * kernel costs 10-15 us, far more than the copy a reader or writer is usually
  * waiting for.  So a blocking reader (or a writer facing a full ring) watches
  * the ring for up to SPIN_NS first.  Doorbells are still sent, so readiness
- * stays exact; they just need not wake anybody.  Never on a single CPU,
- * never for a non-blocking descriptor (which must return at once), never
- * while more tasks are runnable than there are CPUs (cpus.h), and, in a
- * process confined to one CPU (taskset, a cpuset), only while the peer last
- * ran on another CPU: each end of a connection notes its CPU in its ring
- * header (ring_hdr.cpu), the other reads it before it waits.
+ * stays exact; they just need not wake anybody.  Never for a non-blocking
+ * descriptor (which must return at once), never while more tasks are
+ * runnable than there are CPUs (cpus.h), and in a process confined to one
+ * CPU (taskset, a cpuset, a one-CPU machine) by where the peer last ran:
+ * on another CPU the waiter spins, on ours it yields the CPU between looks
+ * (SPIN_YIELD), unknown it does not watch.  Each end of a connection notes
+ * its CPU in its ring header (ring_hdr.cpu), the other reads it.
  */
 #ifndef SMCLO_SPIN_H
 #define SMCLO_SPIN_H
