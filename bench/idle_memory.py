@@ -78,8 +78,9 @@ def shm_objects(pid, seen):
         base = "/proc/%d/%s" % (pid, d)
         try:
             names = os.listdir(base)
-        except OSError:
-            continue
+        except PermissionError:
+            sys.exit("bench/idle_memory.py: reading %s needs root (CAP_SYS_ADMIN for "
+                     "map_files): the shared memory would go uncounted" % base)
         for name in names:
             try:
                 link = os.readlink(os.path.join(base, name))
