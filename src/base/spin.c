@@ -98,6 +98,11 @@ long long spin_deadline(uint32_t peer_cpu, int *way)
 	return spin_deadline_after(SPIN_NS, peer_cpu, way);
 }
 
+int spin_looks(int way, int busy)
+{
+	return way == SPIN_YIELD ? 1 : busy;
+}
+
 void spin_relax(int way)
 {
 	if (way == SPIN_YIELD)
@@ -114,7 +119,7 @@ int spin_for_word(const _Atomic uint32_t *word, uint32_t seen, long long ns)
 	if (!until)
 		return 0;
 	do {
-		for (int i = 0; i < 64; i++) {
+		for (int i = 0; i < spin_looks(way, 64); i++) {
 			if (atomic_load_explicit(word, memory_order_acquire) != seen)
 				return 1;
 			spin_relax(way);
@@ -133,7 +138,7 @@ int spin_for_change(int nonblock, uint32_t peer_cpu, const _Atomic uint64_t *wor
 		return 0;
 	do {
 		/* clock_gettime is a vDSO call, still worth amortising */
-		for (int i = 0; i < 64; i++) {
+		for (int i = 0; i < spin_looks(way, 64); i++) {
 			if (atomic_load_explicit(word, memory_order_relaxed) != seen ||
 			    atomic_load_explicit(flags, memory_order_relaxed))
 				return 1;

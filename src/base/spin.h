@@ -82,6 +82,10 @@ long long spin_deadline(uint32_t peer_cpu, int *way);
 #define SPIN_BUSY  1
 #define SPIN_YIELD 2
 void spin_relax(int way);
+/* Looks between two readings of the clock: @busy for pauses (cheap enough
+ * to amortise the vDSO call), one for yields (a yield may give the peer a
+ * whole slice: the clock, read at once, keeps the watch to its time). */
+int spin_looks(int way, int busy);
 /*
  * For waits over many connections (poll, an epoll set): whether where the
  * peers run matters at all (this process may run on one CPU only; if not,

@@ -784,7 +784,7 @@ static int spin_watch(struct watch_set *s, struct epoll_event *ev, int max)
 	for (;;) {
 		long long now;
 
-		for (int k = 0; k < 16 && !n; k++) {
+		for (int k = 0; k < spin_looks(way, 16) && !n; k++) {
 			n = report_ready(s, ev, 0, max);
 			spin_relax(way);
 		}

@@ -186,7 +186,7 @@ static int spin(struct pollfd *fds, nfds_t n, const struct polled *p, int k)
 	for (next = mono_now_ns() + KERNEL_LOOK_NS;;) {
 		long long now;
 
-		for (int i = 0; i < 16; i++) {
+		for (int i = 0; i < spin_looks(way, 16); i++) {
 			if (rings_unread(p, k))
 				return look_now(fds, n, p, k, NULL);
 			spin_relax(way);
