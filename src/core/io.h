@@ -333,14 +333,18 @@ int rx_peer_prod(struct conn *c, uint64_t *prod);
 
 /*
  * move.c: the connection goes on over its TCP socket (a seccomp filter
- * ahead, say).  move_start seals both rings and wakes both sides: 0, or
- * -EOPNOTSUPP for a connection with no TCP beneath (the direct handshake).
+ * ahead, say).  move_start seals both rings and wakes the waiters on the
+ * ring words: 0, or -EOPNOTSUPP for a connection with no TCP beneath (the
+ * direct handshake).  move_hang_up(@bell_fd) shuts the doorbell socket,
+ * waking everyone in poll or epoll on either side; @bell_fd must still be
+ * the doorbell (its caller keeps it from being swapped meanwhile).
  * move_seen: has either side moved @c?  (It seals our side too, once.)
  * Calls that find it moved and their ring empty fail with -EXDEV: the
  * caller goes on with the TCP socket.
  */
 int move_possible(const struct conn *c);
-int move_start(struct conn *c, int fd, int reason);
+int move_start(struct conn *c, int reason);
+void move_hang_up(int bell_fd);
 int move_seen(struct conn *c);
 /* The same question without sealing anything, for const callers: a moved
  * flag on a connection that cannot follow is a lie (move_seen resets it). */

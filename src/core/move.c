@@ -18,9 +18,13 @@
  * other.  A reader takes what the ring holds up to the sealed cursor and
  * then reads TCP, which carries only bytes written after the seal.
  *
- * The shutdown of the doorbell socket (move_start) wakes every waiter on
+ * The shutdown of the doorbell socket (move_hang_up) wakes every waiter on
  * both sides - readers, writers, epoll and poll - with a hang-up that
- * bell_hangup_flags() no longer takes for the peer's end.
+ * bell_hangup_flags() no longer takes for the peer's end.  It is made by
+ * whoever makes the descriptor the TCP socket (handshake/moved.c), just
+ * before: once another thread has done that, the number names the TCP
+ * socket, and a shutdown through it would end the very connection that
+ * goes on there.
  */
 #include "io.h"
 
@@ -91,21 +95,24 @@ int move_seen(struct conn *c)
 	return 1;
 }
 
-int move_start(struct conn *c, int fd, int reason)
+int move_start(struct conn *c, int reason)
 {
-	char b;
-
 	if (!move_possible(c))
 		return -EOPNOTSUPP;
 	move_seal(c, reason);
-	/* a writer of the peer's blocked on its doorbells gets room, then
-	 * everyone on both sides wakes to the hang-up and finds the seal.
-	 * Zero-length reads: if another thread of ours has made @fd the TCP
-	 * socket already, they take nothing from it */
-	for (int i = 0; i < 256 && sys_recv(fd, &b, 0, MSG_DONTWAIT) == 0; i++)
-		;
-	sys_shutdown(fd, SHUT_RDWR);
 	bell_wake_word(&c->tx->wake_seq);
 	bell_wake_word((_Atomic uint32_t *)&c->rx->wake_seq);
 	return 0;
+}
+
+void move_hang_up(int bell_fd)
+{
+	char b;
+
+	/* a writer of the peer's blocked on its doorbells gets room (a
+	 * zero-length read takes one doorbell), then everyone on both sides
+	 * wakes to the hang-up and finds the seal */
+	for (int i = 0; i < 256 && sys_recv(bell_fd, &b, 0, MSG_DONTWAIT) == 0; i++)
+		;
+	sys_shutdown(bell_fd, SHUT_RDWR);
 }

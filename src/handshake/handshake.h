@@ -148,9 +148,9 @@ int hs_sandbox(void);
 /* A descriptor limit of @lowest: connections whose numbers it leaves out
  * (no dup3 onto them after it) move now; returns how many could not. */
 int hs_move_fds_from(int lowest);
-/* Move @c (named by @fd here) to TCP now, for @reason (urgent data: TCP's
- * own), and follow; -1 if it cannot move (no TCP beneath). */
-int hs_move_now(struct conn *c, int fd, int reason);
+/* Move @c to TCP now, for @reason (urgent data: TCP's own), and follow;
+ * -1 if it cannot move (no TCP beneath). */
+int hs_move_now(struct conn *c, int reason);
 int hs_sandboxed(void);
 /* A connection of a sandboxed process, left on TCP: counted (R_SANDBOX). */
 void hs_sandboxed_tcp(void);

@@ -49,6 +49,9 @@ static void moved_swap(int fd, struct conn *c, void *arg)
 		                                                             : fl & ~O_NONBLOCK);
 	/* who gets SIGURG and SIGIO: the program set it on the doorbell */
 	install_carry_signals(fd, c->tcp_fd, 0);
+	/* the doorbell's hang-up wakes both sides' waiters; made here, under
+	 * follow_lock, while @fd still names the doorbell (core/move.c) */
+	move_hang_up(fd);
 	io_swap_begin(fd);
 	sys_dup3(c->tcp_fd, fd, fdfl > 0 && (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
 	io_swap_end(fd);
@@ -89,7 +92,7 @@ static void sandbox_one(int fd, struct conn *c, void *arg)
 		return;
 	}
 	if (!move_seen(c))
-		move_start(c, fd, R_SANDBOX);
+		move_start(c, R_SANDBOX);       /* sandbox_follow hangs up */
 }
 
 /* Follow every moved connection (the table walk holds no lock to take). */
@@ -117,12 +120,12 @@ int hs_sandbox(void)
 	return stuck;
 }
 
-int hs_move_now(struct conn *c, int fd, int reason)
+int hs_move_now(struct conn *c, int reason)
 {
 	if (!move_seen(c)) {
 		if (!move_possible(c))
 			return -1;
-		move_start(c, fd, reason);
+		move_start(c, reason);
 	}
 	hs_moved_follow(c);
 	return 0;

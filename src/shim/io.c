@@ -238,7 +238,7 @@ static ssize_t send_iov(struct conn *c, int fd, const struct iovec *iov, int n, 
 		conn_put(c);
 		return SHIM_MOVED;      /* the kernel's own refusal (recv_iov) */
 	}
-	r = (flags & MSG_OOB) && hs_move_now(c, fd, R_URGENT) == 0 ? SHIM_MOVED :
+	r = (flags & MSG_OOB) && hs_move_now(c, R_URGENT) == 0 ? SHIM_MOVED :
 	    tx_send(c, fd, iov, n, flags);
 
 	if (r == SHIM_MOVED)

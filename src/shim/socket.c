@@ -244,7 +244,7 @@ static int setsockopt_ulp(struct conn *c, int fd, const void *val, socklen_t len
 		*rc = probe;
 		return 1;
 	}
-	if (hs_move_now(c, fd, R_KERNEL_TLS) < 0)
+	if (hs_move_now(c, R_KERNEL_TLS) < 0)
 		return 0;
 	*rc = real_setsockopt(fd, IPPROTO_TCP, TCP_ULP, val, len) < 0 ? -errno : 0;
 	return 1;

@@ -289,7 +289,7 @@ static int conn_to_tcp(int fd, int reading, struct conn **c)
 	*c = reading ? shim_conn_reading(fd, 0, MSG_DONTWAIT) : shim_conn(fd);
 	if (!*c)
 		return 0;
-	if (hs_move_now(*c, fd, R_IO_URING) == 0)
+	if (hs_move_now(*c, R_IO_URING) == 0)
 		return 1;
 	conn_put(*c);
 	*c = NULL;
@@ -329,7 +329,7 @@ static void sqe_close(struct io_uring_sqe *sqe, int fd, struct scan *sc)
 		return;         /* a fixed file's slot, not a descriptor */
 	hs_resolve_fd(fd);
 	if (fd_has_conn(fd) && (c = fd_get_conn(fd))) {
-		int stays = c->mode == MODE_SHM && hs_move_now(c, fd, R_IO_URING) < 0;
+		int stays = c->mode == MODE_SHM && hs_move_now(c, R_IO_URING) < 0;
 		conn_put(c);
 		if (stays) {
 			sqe_inject(sqe, ret_or_errno(close(fd)));

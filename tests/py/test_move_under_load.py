@@ -152,20 +152,9 @@ print("ok", flush=True)
 
 REASONS = {"urgent": "urgent-data", "seccomp": "sandbox", "io-uring": "io-uring"}
 
-# (reason, state) -> a bug this suite found and that is not fixed yet.  Not
-# strict: it shows now and then, not every run.
-BUGS = {
-    ("seccomp", "busy"): "a seccomp move with both streams flowing: under ASan (fresh-clone "
-                         "CI of 0aab57f) the peer's check of the mover's stream failed and it "
-                         "exited (the mover then saw EPIPE); not reproduced in plain runs",
-}
-
-
 @pytest.mark.parametrize("state", ["reading", "writing", "busy"])
 @pytest.mark.parametrize("reason", list(REASONS))
-def test_move_mid_stream(reg, procs, reason, state, request):
-    if (reason, state) in BUGS:
-        request.applymarker(pytest.mark.xfail(reason=BUGS[(reason, state)], strict=False))
+def test_move_mid_stream(reg, procs, reason, state):
     port = free_port()
     srv = procs.start([PY, "-c", PEER, str(port), reason, state],
                       env=dict(reg.env, SMCLO_DIRECT="0"))
