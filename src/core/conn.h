@@ -132,6 +132,8 @@ struct conn {
 	 * bytes sent so, with CONN_PREFIX_WAIT until the first write.
 	 */
 	_Atomic uint64_t tcp_prefix;
+	/* ...and its offer, sent with those bytes (handshake/client.c owns it) */
+	struct hs_unsent *unsent;
 	/*
 	 * A claim of our ring (tx_claim) or a peek at the peer's (rx_peek)
 	 * outstanding: its thread holds the transmit or receive lock until the

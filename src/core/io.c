@@ -41,6 +41,11 @@ static void io_default_swap(int fd)
 {
 }
 
+static int io_default_bell_watch(int fd, int bell)
+{
+	return -1;
+}
+
 static const struct io_hooks io_default_hooks = {
 	.thread_sleeps = io_default_thread_sleeps,
 	.rcvtimeo_ms = io_default_rcvtimeo_ms,
@@ -49,6 +54,8 @@ static const struct io_hooks io_default_hooks = {
 	.is_kept = io_default_is_kept,
 	.swap_begin = io_default_swap,
 	.swap_end = io_default_swap,
+	.bell_watch = io_default_bell_watch,
+	.bell_unwatch = io_default_swap,
 };
 
 static const struct io_hooks *io_ops = &io_default_hooks;
@@ -81,6 +88,16 @@ void io_swap_begin(int fd)
 void io_swap_end(int fd)
 {
 	io_ops->swap_end(fd);
+}
+
+int io_bell_watch(int fd, int bell)
+{
+	return io_ops->bell_watch(fd, bell);
+}
+
+void io_bell_unwatch(int fd)
+{
+	io_ops->bell_unwatch(fd);
 }
 
 int io_is_kept(int fd)

@@ -56,6 +56,13 @@ struct io_hooks {
 	 * (shim/epoll_early.c) */
 	void (*swap_begin)(int fd);
 	void (*swap_end)(int fd);
+	/* a pending connection's first bytes went over TCP: the epoll sets
+	 * that hold @fd watch its doorbell @bell too, so a program asleep
+	 * there wakes at the server's answer, whichever way it comes (0, or -1:
+	 * decide now instead); bell_unwatch ends that before the decision puts
+	 * the doorbell at @fd or closes it (shim/epoll_early.c) */
+	int (*bell_watch)(int fd, int bell);
+	void (*bell_unwatch)(int fd);
 };
 void io_set_hooks(const struct io_hooks *h);
 void io_thread_sleeps(void);
@@ -65,6 +72,8 @@ int io_keep_copy(int fd, int if_spare);
 int io_is_kept(int fd);
 void io_swap_begin(int fd);
 void io_swap_end(int fd);
+int io_bell_watch(int fd, int bell);
+void io_bell_unwatch(int fd);
 
 /* bell.c */
 #define SIDE_SNDBUF 6500    /* the doorbell socket's; the kernel doubles it: ~4 doorbells

@@ -4,8 +4,8 @@
  * One list per process holds both kinds: regions we created (kept with
  * their memfd, to hand to the same peer again) and peers' regions we mapped
  * (kept with their identity, to recognise them).  The list is short (at
- * most KEEP_MAX idle entries) and only touched at connect, accept and
- * close, so a mutex and a linear walk are all it needs.
+ * most KEEP_MINE + KEEP_THEIRS idle entries) and only touched at connect,
+ * accept and close, so a mutex and a linear walk are all it needs.
  */
 #include "region.h"
 
@@ -21,7 +21,17 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#define KEEP_MAX 8      /* idle regions kept per process */
+/*
+ * Idle regions kept per process: of our own (our memory, held for reuse)
+ * and of peers' (mappings of their memory, so a client that offers the same
+ * region again costs no mmap/munmap - in a threaded server each munmap is a
+ * TLB shootdown on every CPU its threads ran on, and the first touches of
+ * a fresh mapping fault page by page).  A server that several clients'
+ * pools reach (apache2's children, each getting any of ab's 20 regions)
+ * needs more than its own pool does.
+ */
+#define KEEP_MINE   8
+#define KEEP_THEIRS 32
 
 struct region {
 	struct region *next;
@@ -151,7 +161,7 @@ fail:
 /*
  * Drop idle entries whose peer process is gone: nothing will ever reuse
  * them, and a server would otherwise keep the memory of clients that exited
- * (KEEP_MAX regions of them).  At most once a second: a kill(0) each.  Only
+ * (KEEP_THEIRS regions of them).  At most once a second: a kill(0) each.  Only
  * peers known by pid (peerid.h) can be asked; the others (in another PID
  * namespace, or keyed by pidfs inode or link) leave with the LRU (trim).
  */
@@ -175,25 +185,32 @@ static void drop_orphans(void)
 	}
 }
 
-/* Drop the least recently idle entries beyond KEEP_MAX (lock held). */
-static void trim(void)
+/* Drop the least recently idle entries of one kind (@mine) beyond @keep. */
+static void trim_kind(int mine, int keep)
 {
-	drop_orphans();
 	for (;;) {
 		struct region *old = NULL;
 		int idle = 0;
 
 		for (struct region *r = list; r; r = r->next)
-			if (r->refs == 0) {
+			if (r->refs == 0 && r->mine == mine) {
 				idle++;
 				if (!old || r->idle_since < old->idle_since)
 					old = r;
 			}
-		if (idle <= KEEP_MAX)
+		if (idle <= keep)
 			return;
 		unlink_entry(old);
 		destroy(old);
 	}
+}
+
+/* Drop what no one will reuse, and the oldest beyond the limits (lock held). */
+static void trim(void)
+{
+	drop_orphans();
+	trim_kind(1, KEEP_MINE);
+	trim_kind(0, KEEP_THEIRS);
 }
 
 static void count(_Atomic uint64_t *counter)
@@ -358,7 +375,7 @@ void region_put(struct region *r, int reusable)
 	 * only once both sides are done with it, and it is the client's memory
 	 * anyway, alive while the client keeps it for reuse.  Not when the
 	 * client crashed (the caller says so through @reusable); one that dies
-	 * later leaves at most KEEP_MAX such mappings behind.
+	 * later leaves at most KEEP_THEIRS such mappings behind.
 	 */
 	if (!reusable || r->owner != sys_getpid() || (r->mine && r->peer == PEERID_NONE)) {
 		unlink_entry(r);

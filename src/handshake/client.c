@@ -22,6 +22,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -74,9 +75,10 @@ static int client_precheck(struct client *cl)
 	if (fd_flags(cl->fd) & FDF_EPOLL_LOST)
 		return R_EPOLL_EARLY;   /* a registration that cannot follow (shim/epoll_early.c) */
 	/* a listener that defers accept is woken by the first bytes alone: they
-	 * go over TCP with an offer to its one process, never decided before */
-	if (cl->listener.defers && (!cl->listener.exclusive || !cfg.inbox ||
-	                            fd_epoll_early_count(cl->fd) || fd_budget_is_small()))
+	 * go over TCP with an offer to its one inbox, never decided before (an
+	 * epoll set that holds the socket watches its doorbell from then on:
+	 * shim/epoll_early.c) */
+	if (cl->listener.defers && (!cl->listener.exclusive || !cfg.inbox || fd_budget_is_small()))
 		return R_DEFER_ACCEPT;
 	if (conn_count() >= cfg.max_conns)
 		return R_MAX_BUFFERS;
@@ -367,6 +369,56 @@ static int offer_reason(uint32_t w)
 
 /* ---- a connection whose offer is not decided yet ("pending") ----------- */
 
+/*
+ * An offer to a listener that defers accept, kept from connect() to the
+ * first write and sent just before its bytes go over TCP: the server is
+ * woken by those bytes, so it finds the offer queued.  Sent at connect(),
+ * the offers of a burst of connects (ab -c 20 connects all before it
+ * writes) would fill the inbox's queue - the kernel takes 10 datagrams
+ * from strangers - long before a first byte woke anyone to read it.
+ * Our copy of the server's end of the pair stays open until the decision:
+ * a server that drops the offer (declines, or a reader of a shared inbox
+ * that finds it stale) then never hangs our doorbell up, which an epoll
+ * set watching it (epoll_early.c) would report as the program's hang-up.
+ */
+struct hs_unsent {
+	struct listener_info li;
+	peerid via;
+	union clc_msg m;
+	int pair_end;           /* the server's end of the pair (hidden) */
+	int region_fd;          /* the region's, which keeps it open */
+	int sent;
+};
+
+static void unsent_free(struct conn *c)
+{
+	if (!c->unsent)
+		return;
+	sys_close(c->unsent->pair_end);
+	free(c->unsent);
+	c->unsent = NULL;
+}
+
+/* Send @c's kept offer, with @fd as the TCP socket: 0, or -1 (TCP then);
+ * the decision frees it (hs_resolve). */
+static int unsent_send(struct conn *c, int fd)
+{
+	struct hs_unsent *u;
+	int fds[OFFER_FDS], rc = 0;
+
+	shared_lock(&c->sh->tx_lock);   /* another thread's first write waits for it */
+	if ((u = c->unsent) && !u->sent) {
+		fds[OFFER_FD_TCP] = fd;
+		fds[OFFER_FD_PAIR] = u->pair_end;
+		fds[OFFER_FD_REGION] = u->region_fd;
+		rc = inbox_send(&u->li, u->li.offer.inbox, u->via, &u->m, fds);
+		u->sent = rc == 0;
+	}
+	shared_unlock(&c->sh->tx_lock);
+	return rc;
+}
+
+
 
 /*
  * TCP is up and the offer is out: give the descriptor back to the
@@ -376,7 +428,8 @@ static int offer_reason(uint32_t w)
  * server takes the offer, and a client that then reads is woken once, by
  * the answer.  Returns -1 if the connection object cannot be made.
  */
-static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
+static int client_pending(struct client *cl, int pair_end, struct shm_parts *p,
+                          struct hs_unsent *unsent)
 {
 	int fl = sys_fcntl(cl->fd, F_GETFL, 0);
 	struct conn *c;
@@ -393,6 +446,7 @@ static int client_pending(struct client *cl, int pair_end, struct shm_parts *p)
 	c->pending_until_ms = mono_now_ms() + cfg.handshake_ms;
 	atomic_store(&c->pending, PENDING_OPEN);
 	c->tcp_prefix = cl->listener.defers ? CONN_PREFIX_WAIT : 0;
+	c->unsent = unsent;
 	fd_bind_conn(c, cl->fd);
 	fd_add_flags(cl->fd, FDF_PENDING | (cl->listener.defers ? FDF_PREFIX : 0));
 	DBG("connect fd %d: offer pending%s", cl->fd,
@@ -481,6 +535,60 @@ static void pending_fall_back(int fd, struct conn *c, int reason)
 	    (unsigned long long)done);
 }
 
+/*
+ * The server answered over TCP (bytes, or its end) while our offer is
+ * open: it accepted without finding the offer (another reader of a shared
+ * inbox held it out too long, inbox.c) and never takes it now - only the
+ * process that accepted a connection can match its offer.  Withdrawn at
+ * once, with *@w the decision, instead of waiting out the handshake in a
+ * read the answer is already there for.
+ */
+static int pending_answered_on_tcp(int fd, struct conn *c, uint32_t *w)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	/* a direct offer has no TCP connection yet: its socket reads hung up */
+	if (c->direct || sys_poll(&p, 1, 0) != 1)
+		return 0;
+	*w = inbox_offer_withdraw(region_up(c->region));
+	if (*w == OFFER_WITHDRAWN)
+		*w = OFFER_DECLINED | (uint32_t)R_OFFER_MISSED << 8;
+	return 1;
+}
+
+#define PENDING_LOOK_MS 10     /* how often a wait for the decision looks at TCP */
+
+/*
+ * Wait for the server's decision, until the handshake's deadline, looking
+ * every PENDING_LOOK_MS whether it answered over TCP instead (it missed
+ * the offer: pending_answered_on_tcp), which nothing would wake us for.
+ */
+static uint32_t pending_wait(int fd, struct conn *c, size_t reading)
+{
+	struct ring_hdr *up = region_up(c->region);
+	uint32_t w;
+
+	while (!pending_answered_on_tcp(fd, c, &w)) {
+		long look = mono_now_ms() + PENDING_LOOK_MS;
+		if (reading && !sockopt_may_have_timeouts(fd)) {
+			/* a read that may time out waits for the decision only: its own
+			 * wait honours SO_RCVTIMEO (the decision comes within the
+			 * handshake timeout) */
+			int interrupted;
+			w = inbox_offer_wait_reading(up, reading < c->rx_size ? (uint32_t)reading
+			                                                     : c->rx_size,
+			                             c->pending_until_ms, look, &interrupted);
+			if (interrupted && w == OFFER_TAKEN)
+				rx_note_interrupted();  /* for the read in the ring that follows */
+		} else {
+			w = inbox_offer_wait(up, c->pending_until_ms, look);
+		}
+		if (w != OFFER_OPEN)
+			break;
+	}
+	return w;
+}
+
 void hs_resolve(int fd, struct conn *c, size_t reading)
 {
 	int open = PENDING_OPEN;
@@ -494,23 +602,17 @@ void hs_resolve(int fd, struct conn *c, size_t reading)
 	}
 	if (c->tcp_prefix == CONN_PREFIX_WAIT) {
 		/* nothing woke the server yet, and nothing will: TCP at once */
+		unsent_free(c);
 		w = inbox_offer_withdraw(region_up(c->region));
 		fd_clear_flags(fd, FDF_PREFIX);
 		if (w == OFFER_WITHDRAWN)
 			w = OFFER_DECLINED | (uint32_t)R_DEFER_ACCEPT << 8;
-	} else if (reading && !sockopt_may_have_timeouts(fd)) {
-		/* a read that may time out waits for the decision only: its own wait
-		 * honours SO_RCVTIMEO (the decision comes within the handshake timeout) */
-		int interrupted;
-		w = inbox_offer_wait_reading(region_up(c->region),
-		                       reading < c->rx_size ? (uint32_t)reading : c->rx_size,
-		                       c->pending_until_ms, &interrupted);
-		if (interrupted && w == OFFER_TAKEN)
-			rx_note_interrupted();  /* for the read in the ring that follows */
 	} else {
-		w = inbox_offer_wait(region_up(c->region), c->pending_until_ms);
+		w = pending_wait(fd, c, reading);
 	}
 	shared_lock(&c->sh->tx_lock);       /* no pending write is half done */
+	io_bell_unwatch(fd);                /* before the doorbell moves or closes */
+	unsent_free(c);
 	if (w == OFFER_TAKEN)
 		pending_take(fd, c);
 	else
@@ -575,6 +677,11 @@ int hs_send_prefix(int fd, const struct iovec *iov, int n, int flags, ssize_t *s
 	 * before it has all of it, and a blocking send would wait for it */
 	hn = iov_head(iov, n, PENDING_MAX, head, PREFIX_IOV_MAX);
 	blocking = !(flags & MSG_DONTWAIT) && !(sys_fcntl(fd, F_GETFL, 0) & O_NONBLOCK);
+	if (unsent_send(c, fd) < 0) {
+		hs_resolve(fd, c, 0);   /* the inbox stayed full: TCP at once, nothing sent */
+		conn_put(c);
+		return 0;
+	}
 	k = tx_send_prefix(c, fd, head, hn, flags | MSG_DONTWAIT);
 	if (k == -EALREADY || (k == -EAGAIN && blocking)) {
 		if (k == -EAGAIN)
@@ -590,7 +697,7 @@ int hs_send_prefix(int fd, const struct iovec *iov, int n, int flags, ssize_t *s
 	if (k > 0 && (size_t)k < total && blocking &&
 	    (rest = prefix_rest(fd, c, iov, n, (size_t)k, flags)) > 0)
 		k += rest;
-	else if (k > 0 && fd_epoll_early_count(fd))
+	else if (k > 0 && fd_epoll_early_count(fd) && io_bell_watch(fd, c->bell_fd) < 0)
 		hs_resolve(fd, c, 0);   /* a set may sleep on it: decided now (the server is up) */
 	conn_put(c);
 	*sent = k < 0 ? -1 : k;
@@ -634,6 +741,41 @@ void hs_fork_decide(void)
 }
 
 /*
+ * client_offer for a listener that defers accept: the TCP connect, and a
+ * pending connection whose offer waits for its first write (hs_unsent).
+ * Nothing was sent if it cannot be pending: TCP at once.
+ */
+static int client_offer_prefix(struct client *cl, const struct sockaddr *sa, socklen_t len,
+                               union clc_msg *m, const int fds[OFFER_FDS], int pair[2],
+                               struct shm_parts *p, int *rc)
+{
+	struct hs_unsent *u = malloc(sizeof(*u));
+	int timed_out, e;
+
+	if (!u) {
+		sys_close_all(pair, 2);
+		install_parts_free(p);
+		return -1;
+	}
+	m->accept.flags = CLC_OFFER_F_TCP_PREFIX;
+	*u = (struct hs_unsent){ .li = cl->listener, .via = cl->via, .m = *m,
+	                         .pair_end = io_keep_fd(pair[1]),
+	                         .region_fd = fds[OFFER_FD_REGION] };
+	*rc = client_tcp_connect(cl, sa, len, &timed_out);
+	e = errno;
+	if (*rc == 0 && client_pending(cl, pair[0], p, u) == 0)
+		return 0;
+	sys_close(u->pair_end);
+	free(u);
+	sys_close(pair[0]);
+	install_parts_free(p);
+	if (*rc == 0 || timed_out)
+		client_fallback(cl, R_DEFER_ACCEPT);
+	errno = e;
+	return 0;
+}
+
+/*
  * The offer goes to the inbox before the SYN; then the TCP connect.  Returns
  * -1 if the offer could not be sent (nothing has happened yet: the
  * rendezvous handshake takes over), else 0 with *rc and errno as connect()
@@ -649,18 +791,18 @@ static int client_offer(struct client *cl, const struct sockaddr *sa, socklen_t 
 	if (offer_prepare(cl, &p, pair, fds, &m, CLC_OFFER) < 0)
 		return -1;
 	if (cl->listener.defers)
-		m.accept.flags = CLC_OFFER_F_TCP_PREFIX;
+		return client_offer_prefix(cl, sa, len, &m, fds, pair, &p, rc);
 	if (offer_send(cl, cl->listener.offer.inbox, &m, fds, pair, &p) < 0)
 		return -1;
 	*rc = client_tcp_connect(cl, sa, len, &timed_out);
 	e = errno;
 	/* a program asleep in an epoll set it added the socket to before
 	 * connect() would wait for a decision nothing makes: decided here */
-	if (*rc == 0 && !fd_epoll_early_count(cl->fd) && client_pending(cl, pair[0], &p) == 0)
+	if (*rc == 0 && !fd_epoll_early_count(cl->fd) && client_pending(cl, pair[0], &p, NULL) == 0)
 		return 0;
 	/* a connect that failed outright reached no server: nobody can take it */
 	w = *rc == 0 || timed_out ?
-	    inbox_offer_wait(region_up(p.region), mono_now_ms() + cfg.handshake_ms) :
+	    inbox_offer_wait(region_up(p.region), mono_now_ms() + cfg.handshake_ms, 0) :
 	    inbox_offer_withdraw(region_up(p.region));
 	ep_of_socket(cl->fd, 0, &cl->src);
 	if (w == OFFER_TAKEN) {
@@ -726,7 +868,7 @@ static int client_direct(struct client *cl)
 	m.direct.dst_port = cl->dst.port;
 	if (offer_send(cl, cl->listener.offer.direct, &m, fds, pair, &p) < 0)
 		return -1;
-	if (client_pending(cl, pair[0], &p) == 0)
+	if (client_pending(cl, pair[0], &p, NULL) == 0)
 		return 0;
 	/* no memory for the connection: a server that took it sees the pair hang up */
 	inbox_offer_withdraw(region_up(p.region));

@@ -101,6 +101,7 @@ static pthread_mutex_t direct_lock = PTHREAD_MUTEX_INITIALIZER;
  */
 void hs_fork_lock(void)
 {
+	inbox_fork_prepare();           /* takes inbox_lock itself: before the locks */
 	pthread_mutex_lock(&direct_lock);
 	inbox_fork_lock();
 }

@@ -12,6 +12,22 @@
  * inbox was last found empty, accept() skips the recvmsg() - so a plain
  * client costs a server no system call here.
  *
+ * A shared inbox: the fork children that accept on a listener that defers
+ * accept (apache2's children, its default AcceptFilter) read their parent's
+ * inbox, which their entries name too, so a client sees one inbox there and
+ * sends its offer with its first bytes over TCP (listener.c).  The kernel
+ * wakes whichever child it likes, so an offer a reader takes out and finds
+ * not its own is parked at once where every reader looks too, instead of
+ * in a stash another process cannot see: a datagram socket pair made with
+ * the inbox and inherited with it.  Not the inbox itself: the kernel queues
+ * at most net.unix.max_dgram_qlen (10) datagrams from strangers there,
+ * while between the two ends of a pair only the buffer counts, and offers
+ * wait for their connection's first bytes.  Every accept moves what the
+ * inbox holds to the park, so the inbox stays short.  A shared page,
+ * inherited by fork, counts the offers readers hold out of both at any
+ * moment: a reader that finds both empty while others hold some waits for
+ * them to come back (bounded), since its own may be among them.
+ *
  * A listener that takes connections without TCP (the direct handshake,
  * direct.c) has an inbox of its own besides: every message there is a
  * direct offer for that listener, so it needs no stash and no count.
@@ -31,9 +47,12 @@
 #include "sys.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #define STASH_MAX   64      /* offers read ahead of their connection */
@@ -41,6 +60,8 @@
 #define LINKS_MAX   8       /* inboxes a client keeps a socket to */
 #define OFFER_SPIN_NS 200000LL  /* a server asleep in accept() takes this long to wake */
 #define DIRECT_MAX  16      /* listeners taking connections without TCP, per process */
+#define SHARED_WAIT_MS 20   /* for offers other readers of a shared inbox hold out */
+#define LINK_ROOM_MS 5      /* for room in an inbox's queue */
 
 /* ---- the server's inbox ------------------------------------------------- */
 
@@ -50,14 +71,29 @@ struct pending {
 	long at_ms;
 };
 
+/* What the processes reading one inbox share (MAP_SHARED, inherited by fork);
+ * an inbox that has it is shared: a fork child may read it. */
+struct inbox_share {
+	_Atomic uint32_t held;      /* offers taken out by a reader, not yet parked or kept */
+};
+
+struct inbox {
+	int sock;                   /* -1: none */
+	int park[2];                /* a socket pair: offers read and not ours (shared inboxes) */
+	uint64_t id;
+	pid_t pid;                  /* the pid in its name: its maker's */
+	struct inbox_share *share;
+	uint64_t empty_at;          /* offers sent when it was last found empty */
+	int empty_at_known;
+};
+#define INBOX_NONE ((struct inbox){ .sock = -1, .park = { -1, -1 } })
+
 static pthread_mutex_t inbox_lock = PTHREAD_MUTEX_INITIALIZER;
-static int inbox_sock = -1;
 static pid_t inbox_owner;           /* a fork child does not own its parent's */
-static uint64_t inbox_ident;
+static struct inbox own = INBOX_NONE;
+static struct inbox inherited = INBOX_NONE; /* a parent's, read by its fork child */
 static struct pending stash[STASH_MAX];
 static int stash_n;
-static uint64_t empty_at;           /* offers sent when the inbox was last found empty */
-static int empty_at_known;
 
 struct direct_inbox {
 	int lfd;                    /* the listener it serves */
@@ -108,16 +144,34 @@ static void stash_drop_stale(void)
 			stash_drop(i);
 }
 
+static void inbox_close(struct inbox *ib)
+{
+	if (ib->sock >= 0)
+		sys_close(ib->sock);
+	sys_close_all(ib->park, 2);
+	if (ib->share)
+		munmap(ib->share, sizeof(*ib->share));
+	*ib = INBOX_NONE;
+}
+
 /*
- * A fork child holds copies of its parent's inbox and stash: close them
- * (the parent's stay open) and start without an inbox.  Lock held.
+ * A fork child holds copies of its parent's inboxes and stash.  The
+ * parent's own inbox (or, failing one, the inbox it read as a child itself)
+ * stays open here as the inherited one, for the listeners that defer accept
+ * (listener.c names it in their entries); the rest is closed (the parent's
+ * stay open) and the child starts without an inbox of its own.  Lock held.
  */
 static void forget_parents_inbox(void)
 {
 	if (inbox_owner == sys_getpid())
 		return;
-	if (inbox_sock >= 0)
-		sys_close(inbox_sock);
+	if (own.sock >= 0 && own.share) {
+		inbox_close(&inherited);
+		inherited = own;
+		inherited.empty_at_known = 0;
+		own = INBOX_NONE;
+	}
+	inbox_close(&own);
 	while (stash_n)
 		stash_drop(stash_n - 1);
 	for (int i = 0; i < DIRECT_MAX; i++)
@@ -125,9 +179,6 @@ static void forget_parents_inbox(void)
 			sys_close(directs[i].sock);
 			directs[i].sock = -1;
 		}
-	inbox_sock = -1;
-	inbox_ident = 0;
-	empty_at_known = 0;
 	inbox_owner = sys_getpid();
 }
 
@@ -150,17 +201,79 @@ static int inbox_bind(uint64_t *id)
 	return s < 0 ? -1 : io_keep_fd(s);
 }
 
+/* This process's own inbox, bound.  Lock held. */
+static void own_open(void)
+{
+	if ((own.sock = inbox_bind(&own.id)) < 0)
+		return;
+	own.pid = sys_getpid();
+	own.empty_at_known = 0;
+}
+
+/*
+ * What sharing our inbox needs, made the first time we fork with one: the
+ * park and the shared page (two descriptors a process that never forks
+ * does not spend).  Without them it stays ours alone.  Lock held.
+ */
+static void own_share(void)
+{
+	struct inbox_share *sh;
+	int park[2];
+
+	if (own.sock < 0 || own.share)
+		return;
+	if (sys_socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, park) < 0)
+		return;
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED) {
+		sys_close_all(park, 2);
+		return;
+	}
+	own.park[0] = io_keep_fd(park[0]);
+	own.park[1] = io_keep_fd(park[1]);
+	own.share = sh;
+}
+
 uint64_t inbox_id(void)
 {
 	uint64_t id;
 
 	pthread_mutex_lock(&inbox_lock);
 	forget_parents_inbox();
-	if (inbox_sock < 0 && (inbox_sock = inbox_bind(&id)) >= 0)
-		inbox_ident = id;
-	id = inbox_ident;
+	if (own.sock < 0)
+		own_open();
+	id = own.sock >= 0 ? own.id : 0;
 	pthread_mutex_unlock(&inbox_lock);
 	return id;
+}
+
+/* Lock held: by us, or since hs_fork_lock in a fork child's handler. */
+static uint64_t inherited_id(int *pid)
+{
+	forget_parents_inbox();
+	*pid = inherited.pid;
+	return inherited.sock >= 0 ? inherited.id : 0;
+}
+
+uint64_t inbox_inherited(int *pid)
+{
+	uint64_t id;
+
+	pthread_mutex_lock(&inbox_lock);
+	id = inherited_id(pid);
+	pthread_mutex_unlock(&inbox_lock);
+	return id;
+}
+
+uint64_t inbox_inherited_forking(int *pid)
+{
+	return inherited_id(pid);
+}
+
+void inbox_inherited_drop_forking(void)
+{
+	forget_parents_inbox();
+	inbox_close(&inherited);
 }
 
 /* ---- a listener's direct inbox ------------------------------------------ */
@@ -262,7 +375,7 @@ static int drain_one(void)
 {
 	struct pending p;
 
-	if (clc_recv(inbox_sock, CLC_OFFER, 0, &p.m, p.fds, OFFER_FDS) < 0)
+	if (clc_recv(own.sock, CLC_OFFER, 0, &p.m, p.fds, OFFER_FDS) < 0)
 		return errno == EPROTO ? -1 : -2;
 	p.at_ms = mono_now_ms();
 	if (stash_n == STASH_MAX) {
@@ -277,15 +390,21 @@ static int drain_one(void)
 }
 
 /*
- * Whether no offer was sent to any inbox since ours was last found empty
- * (the registry's count has not moved); the count read, and whether there
- * is one, go to @sent and @counted.  Lock held.
+ * Whether no offer was sent to any inbox since @ib was last found empty
+ * (the registry's count has not moved; an offer parked counts as sent);
+ * the count read, and whether there is one, go to @sent and @counted.
  */
-static int still_empty(uint64_t *sent, int *counted)
+static int still_empty(const struct inbox *ib, uint64_t *sent, int *counted)
 {
 	*sent = 0;
 	*counted = registry_offers_sent(registry_fd, sent) == 0;
-	return *counted && empty_at_known && *sent == empty_at;
+	return *counted && ib->empty_at_known && *sent == ib->empty_at;
+}
+
+static void found_empty(struct inbox *ib, uint64_t sent, int counted)
+{
+	ib->empty_at = sent;
+	ib->empty_at_known = counted;
 }
 
 /*
@@ -297,13 +416,12 @@ static int drain_for(const struct ep *local, const struct ep *peer)
 	uint64_t sent;
 	int counted;
 
-	if (still_empty(&sent, &counted))
+	if (still_empty(&own, &sent, &counted))
 		return -1;
 	for (int n = 0; n < DRAIN_MAX; n++) {
 		int i = drain_one();
 		if (i == -2) {
-			empty_at = sent;
-			empty_at_known = counted;
+			found_empty(&own, sent, counted);
 			return -1;
 		}
 		if (i >= 0 && pending_matches(&stash[i], local, peer))
@@ -312,6 +430,132 @@ static int drain_for(const struct ep *local, const struct ep *peer)
 	return -1;
 }
 
+/* ---- a shared inbox ------------------------------------------------------ */
+
+static int is_shared(const struct inbox *ib)
+{
+	return ib->sock >= 0 && ib->share;
+}
+
+/*
+ * Park @p for the process whose connection it is; or drop it once it has
+ * gone round longer than its client waits (the first reader to park it
+ * notes when, in the nonce, which an offer does not use; a time from the
+ * future is a client's lie: dropped).  Closes its descriptors either way.
+ */
+static void shared_park(struct inbox *ib, struct pending *p)
+{
+	long now = mono_now_ms();
+	uint64_t first = p->m.hdr.nonce;
+	struct clc_out o;
+
+	if (!first)
+		p->m.hdr.nonce = (uint64_t)now + 1;
+	if (!first || (first <= (uint64_t)now + 1 && now + 1 - (long)first <= 2L * cfg.handshake_ms)) {
+		if (sys_sendmsg(ib->park[1], clc_prepare(&o, &p->m, p->fds, OFFER_FDS),
+		                MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)p->m.hdr.length)
+			registry_offer_count(registry_fd);      /* readers that found it empty look again */
+	}
+	sys_close_all(p->fds, OFFER_FDS);
+}
+
+/*
+ * Read @s (the inbox or the park) for the offer of @local <- @peer,
+ * parking every other: 1 with it in @out, 0 once @s is empty (or
+ * failed), or when @reads reaches DRAIN_MAX.
+ */
+static int shared_read(struct inbox *ib, int s, const struct ep *local, const struct ep *peer,
+                       struct pending *out, int *reads)
+{
+	_Atomic uint32_t *held = &ib->share->held;
+
+	while (*reads < DRAIN_MAX) {
+		int found = 0;
+		/* counted out of the queue before we read: see shared_look_again */
+		atomic_fetch_add_explicit(held, 1, memory_order_seq_cst);
+		if (clc_recv(s, CLC_OFFER, 0, &out->m, out->fds, OFFER_FDS) < 0) {
+			int e = errno;
+			atomic_fetch_sub_explicit(held, 1, memory_order_seq_cst);
+			if (e != EPROTO)
+				return 0;
+			++*reads;       /* not an offer: dropped (and counted: a flood ends) */
+			continue;
+		}
+		++*reads;
+		if (pending_matches(out, local, peer))
+			found = 1;
+		else
+			shared_park(ib, out);
+		atomic_fetch_sub_explicit(held, 1, memory_order_seq_cst);
+		if (found)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * Both were empty.  Look again while another reader holds offers it took
+ * out (ours may be among them; it parks what is not its own), for at most
+ * SHARED_WAIT_MS; once nobody holds any, one last look: an offer parked
+ * between our read and now is there (parked before its holder counts
+ * itself out).
+ */
+static int shared_look_again(struct inbox *ib, long *until, int *last)
+{
+	if (!atomic_load_explicit(&ib->share->held, memory_order_seq_cst)) {
+		*last = !*last;
+		return *last;
+	}
+	*last = 0;
+	if (!*until)
+		*until = mono_now_ms() + SHARED_WAIT_MS;
+	else if (mono_now_ms() >= *until)
+		return 0;
+	sched_yield();
+	return 1;
+}
+
+/* The offer for @local <- @peer from shared inbox @ib: 0, or -1 if none. */
+static int shared_take(struct inbox *ib, const struct ep *local, const struct ep *peer,
+                       union clc_msg *m, int fds[OFFER_FDS])
+{
+	struct pending p;
+	long until = 0;
+	uint64_t sent;
+	int counted, last = 0, reads = 0;
+
+	if (still_empty(ib, &sent, &counted) && !atomic_load(&ib->share->held))
+		return -1;
+	for (;;) {
+		/* the inbox first: every accept empties it into the park */
+		if (shared_read(ib, ib->sock, local, peer, &p, &reads) ||
+		    shared_read(ib, ib->park[0], local, peer, &p, &reads)) {
+			*m = p.m;
+			memcpy(fds, p.fds, sizeof(p.fds));
+			return 0;
+		}
+		if (reads >= DRAIN_MAX)
+			return -1;
+		found_empty(ib, sent, counted);
+		if (!shared_look_again(ib, &until, &last))
+			return -1;
+	}
+}
+
+void inbox_fork_prepare(void)
+{
+	pthread_mutex_lock(&inbox_lock);
+	forget_parents_inbox();
+	/* a child may read our inbox from now on: what we read ahead is parked */
+	own_share();
+	if (own.share)
+		while (stash_n)
+			shared_park(&own, &stash[--stash_n]);
+	pthread_mutex_unlock(&inbox_lock);
+}
+
+/* ---- taking an offer ---------------------------------------------------- */
+
 int inbox_may_hold_offer(void)
 {
 	uint64_t sent;
@@ -319,7 +563,9 @@ int inbox_may_hold_offer(void)
 
 	pthread_mutex_lock(&inbox_lock);
 	forget_parents_inbox();
-	may = inbox_sock >= 0 && (stash_n > 0 || !still_empty(&sent, &counted));
+	may = (own.sock >= 0 && (stash_n > 0 || !still_empty(&own, &sent, &counted))) ||
+	      (is_shared(&inherited) && (!still_empty(&inherited, &sent, &counted) ||
+	                                  atomic_load(&inherited.share->held)));
 	pthread_mutex_unlock(&inbox_lock);
 	return may;
 }
@@ -327,24 +573,26 @@ int inbox_may_hold_offer(void)
 int inbox_take(const struct ep *local, const struct ep *peer, union clc_msg *m,
                int fds[OFFER_FDS])
 {
-	int found = -1;
+	int found = -1, rc = -1;
 
 	pthread_mutex_lock(&inbox_lock);
 	forget_parents_inbox();
-	if (inbox_sock < 0) {
-		pthread_mutex_unlock(&inbox_lock);
-		return -1;
-	}
 	stash_drop_stale();
 	for (int i = 0; i < stash_n && found < 0; i++)
 		if (pending_matches(&stash[i], local, peer))
 			found = i;
-	if (found < 0)
+	if (found < 0 && own.sock >= 0 && !is_shared(&own))
 		found = drain_for(local, peer);
-	if (found >= 0)
+	if (found >= 0) {
 		take(found, m, fds);
+		rc = 0;
+	} else if (is_shared(&own)) {
+		rc = shared_take(&own, local, peer, m, fds);
+	}
+	if (rc < 0 && is_shared(&inherited))
+		rc = shared_take(&inherited, local, peer, m, fds);
 	pthread_mutex_unlock(&inbox_lock);
-	return found >= 0 ? 0 : -1;
+	return rc;
 }
 
 int inbox_offer_decide(struct ring_hdr *up, uint32_t state)
@@ -438,6 +686,22 @@ peerid inbox_link(const struct listener_info *li, uint64_t id)
 	return key;
 }
 
+/*
+ * Send on @l without blocking; an inbox whose queue is full (the kernel
+ * takes net.unix.max_dgram_qlen datagrams from strangers, 10 by default:
+ * a burst of connects) is waited for a little, as its server empties it
+ * at its next accept.
+ */
+static ssize_t link_send(struct link *l, const struct msghdr *msg)
+{
+	ssize_t n = sys_sendmsg(l->sock, msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+	struct pollfd p = { .fd = l->sock, .events = POLLOUT };
+
+	if (n < 0 && errno == EAGAIN && sys_poll(&p, 1, LINK_ROOM_MS) == 1)
+		n = sys_sendmsg(l->sock, msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+	return n;
+}
+
 int inbox_send(const struct listener_info *li, uint64_t id, peerid via, const union clc_msg *m,
                const int fds[OFFER_FDS])
 {
@@ -452,8 +716,7 @@ int inbox_send(const struct listener_info *li, uint64_t id, peerid via, const un
 	pthread_mutex_lock(&links_lock);
 	l = link_to(li, id);
 	if (l && l->key == via) {
-		if (sys_sendmsg(l->sock, clc_prepare(&o, m, fds, OFFER_FDS),
-		                MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)m->hdr.length) {
+		if (link_send(l, clc_prepare(&o, m, fds, OFFER_FDS)) == (ssize_t)m->hdr.length) {
 			if (m->hdr.type == CLC_OFFER)   /* a direct inbox is read without */
 				registry_offer_count(registry_fd);      /* queued: now it may count */
 			rc = 0;
@@ -489,24 +752,31 @@ static int offer_spin(struct ring_hdr *up, long deadline_ms, uint32_t *w)
 	       decided(*w = atomic_load_explicit(&up->offer, memory_order_acquire));
 }
 
-uint32_t inbox_offer_wait(struct ring_hdr *up, long deadline_ms)
+/* The end of this wait: @look_ms, if it comes before the deadline. */
+static long wait_until(long deadline_ms, long look_ms)
 {
+	return look_ms && look_ms < deadline_ms ? look_ms : deadline_ms;
+}
+
+uint32_t inbox_offer_wait(struct ring_hdr *up, long deadline_ms, long look_ms)
+{
+	long until = wait_until(deadline_ms, look_ms);
 	uint32_t w = OFFER_OPEN;
 
-	if (offer_spin(up, deadline_ms, &w))
+	if (offer_spin(up, until, &w))
 		return w;
 	w = OFFER_OPEN;
 	if (!atomic_compare_exchange_strong(&up->offer, &w, OFFER_OPEN_SLEEP) && decided(w))
 		return w;
 	for (;;) {
-		long left = deadline_ms - mono_now_ms();
+		long left = until - mono_now_ms();
 		struct timespec t = { .tv_sec = left / 1000, .tv_nsec = (left % 1000) * 1000000L };
 
 		w = atomic_load_explicit(&up->offer, memory_order_acquire);
 		if (decided(w))
 			return w;
 		if (left <= 0)
-			return inbox_offer_withdraw(up);
+			return until == deadline_ms ? inbox_offer_withdraw(up) : OFFER_OPEN;
 		if (w == OFFER_OPEN_SLEEP) {
 			sys_futex_wait(&up->offer, OFFER_OPEN_SLEEP, &t);
 		} else {
@@ -518,23 +788,24 @@ uint32_t inbox_offer_wait(struct ring_hdr *up, long deadline_ms)
 }
 
 uint32_t inbox_offer_wait_reading(struct ring_hdr *up, uint32_t take, long deadline_ms,
-                            int *interrupted)
+                                  long look_ms, int *interrupted)
 {
+	long until = wait_until(deadline_ms, look_ms);
 	uint32_t w = OFFER_OPEN;
 
 	*interrupted = 0;
-	if (offer_spin(up, deadline_ms, &w))
+	if (offer_spin(up, until, &w))
 		return w;
 	/* the promise first: a server that sees READING sees it too (rx.c) */
 	atomic_store_explicit(&up->futex_take, take ? take : 1, memory_order_seq_cst);
 	w = OFFER_OPEN;
 	if (!atomic_compare_exchange_strong(&up->offer, &w, OFFER_OPEN_READING)) {
 		atomic_store_explicit(&up->futex_take, 0, memory_order_seq_cst);
-		return decided(w) ? w : inbox_offer_wait(up, deadline_ms);
+		return decided(w) ? w : inbox_offer_wait(up, deadline_ms, look_ms);
 	}
 	for (;;) {
 		uint32_t seq = atomic_load_explicit(&up->wake_seq, memory_order_seq_cst);
-		long left = deadline_ms - mono_now_ms();
+		long left = until - mono_now_ms();
 		struct timespec t = { .tv_sec = left / 1000, .tv_nsec = (left % 1000) * 1000000L };
 
 		w = atomic_load_explicit(&up->offer, memory_order_acquire);
@@ -550,7 +821,12 @@ uint32_t inbox_offer_wait_reading(struct ring_hdr *up, uint32_t take, long deadl
 	}
 	atomic_store_explicit(&up->futex_take, 0, memory_order_seq_cst);
 	if (decided(w) || *interrupted)
-		return decided(w) ? w : inbox_offer_wait(up, deadline_ms);
+		return decided(w) ? w : inbox_offer_wait(up, deadline_ms, look_ms);
+	/* a look before the deadline: the word as the next wait expects it */
+	if (w == OFFER_OPEN_READING && until != deadline_ms)
+		return atomic_compare_exchange_strong(&up->offer, &w, OFFER_OPEN) ? OFFER_OPEN :
+		       decided(w) ? w : inbox_offer_wait(up, deadline_ms, look_ms);
 	/* the deadline, or a word that is neither ours nor a decision (hostile) */
-	return w == OFFER_OPEN_READING ? inbox_offer_withdraw(up) : inbox_offer_wait(up, deadline_ms);
+	return w == OFFER_OPEN_READING ? inbox_offer_withdraw(up) :
+	       inbox_offer_wait(up, deadline_ms, look_ms);
 }

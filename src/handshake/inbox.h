@@ -43,6 +43,21 @@ enum { OFFER_FD_TCP, OFFER_FD_PAIR, OFFER_FD_REGION, OFFER_FDS };
 
 /* This process's inbox, bound on first use; the id listeners name, 0 if none. */
 uint64_t inbox_id(void);
+/*
+ * The inbox this fork child inherited from its parent (the parent's own,
+ * or the one it inherited in turn), which the child reads too and names in
+ * its entries for listeners that defer accept: its id (0 if none), and the
+ * pid in its name at @pid.  inbox_fork_prepare, in the parent before
+ * fork(): from then on offers it reads that are not its own go back into
+ * the queue instead of its stash (see inbox.c).
+ */
+uint64_t inbox_inherited(int *pid);
+/* The same in the fork child's handler, which holds inbox.c's lock since
+ * hs_fork_lock (inbox_inherited would wait for it for ever). */
+uint64_t inbox_inherited_forking(int *pid);
+/* ...and closed there, when no listener of the child names it. */
+void inbox_inherited_drop_forking(void);
+void inbox_fork_prepare(void);
 
 /*
  * 0 when no offer can be waiting here: none stashed, and none sent to any
@@ -99,9 +114,10 @@ int inbox_send(const struct listener_info *li, uint64_t id, peerid via, const un
 /*
  * Wait until the server decides the offer in @up or @deadline_ms passes
  * (then withdraw it).  Returns the final word: OFFER_TAKEN, OFFER_DECLINED |
- * reason, or OFFER_WITHDRAWN.
+ * reason, or OFFER_WITHDRAWN; or OFFER_OPEN at @look_ms (0: none), if that
+ * comes first, for the caller to look elsewhere and wait again.
  */
-uint32_t inbox_offer_wait(struct ring_hdr *up, long deadline_ms);
+uint32_t inbox_offer_wait(struct ring_hdr *up, long deadline_ms, long look_ms);
 /*
  * The same for a client blocked in a read: after the spin it sleeps until
  * the server's first bytes (or a decline, or a close) rather than until the
@@ -111,7 +127,7 @@ uint32_t inbox_offer_wait(struct ring_hdr *up, long deadline_ms);
  * decision is then waited for without it).
  */
 uint32_t inbox_offer_wait_reading(struct ring_hdr *up, uint32_t take, long deadline_ms,
-                            int *interrupted);
+                                  long look_ms, int *interrupted);
 /* Give up on the offer now; returns the decision if the server was first. */
 uint32_t inbox_offer_withdraw(struct ring_hdr *up);
 

@@ -169,35 +169,77 @@ static void listener_register_again(int fd, const struct listener_offer *offer)
 	fd_set_listen_lock(fd, lock);
 }
 
+static int listener_defers_accept(int fd)
+{
+	int v = 0;
+	socklen_t l = sizeof(v);
+
+	return sys_getsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &v, &l) == 0 && v;
+}
+
+/*
+ * The inbox a fork child names for a listener that defers accept: the one
+ * it inherited with the listener (inbox.c reads it, shared with the parent
+ * and the other children), so that every entry for the address names one
+ * inbox and a client sends its offer with its first bytes over TCP to
+ * whichever process the kernel wakes (apache2's children, nginx's workers
+ * with `deferred`).  Not for other listeners: their clients wait in
+ * connect() for the rendezvous, which any acceptor answers.  0 if none.
+ * @forking: called from the fork child's handler (hs_after_fork).
+ */
+static int listener_inherited_inbox(int fd, int forking, struct listener_offer *offer)
+{
+	int pid = 0;
+	uint64_t id = !listener_defers_accept(fd) ? 0 :
+	              forking ? inbox_inherited_forking(&pid) : inbox_inherited(&pid);
+
+	if (!id)
+		return 0;
+	*offer = (struct listener_offer){ .inbox = id, .inbox_pid = pid, .tx_size = cfg.tx_size,
+	                                  .rx_max = cfg.rx_max };
+	return 1;
+}
+
 /*
  * A fork child may accept on every listener it inherited: it adds an entry
- * of its own, without an inbox, so clients see that more than one process
- * accepts there and use the rendezvous.  The entry lives as long as the
- * child holds the listener: across exec too when the listener survives it.
+ * of its own, without an inbox (or naming the shared one, for a listener
+ * that defers accept), so clients see that more than one process accepts
+ * there and use the rendezvous (or the shared inbox).  The entry lives as
+ * long as the child holds the listener: across exec too when the listener
+ * survives it.
  */
+static int forked_named_inbox;       /* listener_forked named the inherited inbox */
+
 static void listener_forked(int fd)
 {
 	/* the parent's direct inbox is not the child's (inbox.c drops the copy) */
-	struct listener_offer none = { 0 };
+	struct listener_offer offer = { 0 };
 
 	fd_set_flags(fd, (fd_flags(fd) & ~FDF_DIRECT) | FDF_NO_DIRECT);
-	listener_register_again(fd, &none);
+	forked_named_inbox |= listener_inherited_inbox(fd, 1, &offer);
+	listener_register_again(fd, &offer);
 }
 
 /*
  * TCP_DEFER_ACCEPT set on listener @fd after listen(), here or in a process
- * sharing it: the entry says so, still naming our inbox.  A client sends
+ * sharing it: the entry says so, still naming our inbox (or the shared one).  A client sends
  * its first bytes over TCP with its offer when one process accepts here
  * (they wake it: server.c, server_tcp_prefix), and takes TCP at once
  * otherwise.  Never direct: the first bytes would have no TCP to go over.
  */
 void hs_listener_defers(int fd)
 {
-	struct listener_offer offer = { .inbox = inbox_id(), .tx_size = cfg.tx_size,
-	                                .rx_max = cfg.rx_max };
+	struct listener_offer offer;
 
 	if (!(fd_flags(fd) & FDF_LISTENING))
 		return;
+	/* a fork child names the inbox it shares for a listener it inherited
+	 * (FDF_NO_DIRECT: listener_forked marks those; a listener of its own
+	 * marked so for another reason would name it too, which still works:
+	 * the child reads the inbox it inherited as well as its own) */
+	if (!((fd_flags(fd) & FDF_NO_DIRECT) && listener_inherited_inbox(fd, 0, &offer)))
+		offer = (struct listener_offer){ .inbox = inbox_id(), .tx_size = cfg.tx_size,
+		                                 .rx_max = cfg.rx_max };
 	hs_listener_no_direct(fd);
 	listener_register_again(fd, &offer);
 	DBG("listen fd %d: accept deferred: first bytes over TCP", fd);
@@ -205,7 +247,12 @@ void hs_listener_defers(int fd)
 
 void hs_after_fork(void)
 {
+	forked_named_inbox = 0;
 	fd_for_each_listener(listener_forked);
+	/* nobody will offer there for us: its descriptors are not ours to hold
+	 * (a fork-per-connection server's children, by the thousand) */
+	if (!forked_named_inbox)
+		inbox_inherited_drop_forking();
 }
 
 void hs_listener_closed(int fd)

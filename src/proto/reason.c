@@ -34,6 +34,7 @@ static const struct {
 	[R_PEER_MOVED]      = { "peer-moved", "the peer moved the connection to TCP" },
 	[R_URGENT]          = { "urgent-data", "urgent data sent (MSG_OOB): on TCP" },
 	[R_KERNEL_TLS]      = { "kernel-tls", "kernel TLS (TCP_ULP) set: on TCP, where the kernel encrypts" },
+	[R_OFFER_MISSED]    = { "offer-missed", "the server accepted without finding the offer: on TCP" },
 };
 
 const char *reason_id(int r)

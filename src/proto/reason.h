@@ -43,6 +43,9 @@ enum smclo_reason {
 	R_URGENT,              /* urgent data (MSG_OOB) sent: the connection went on over TCP */
 	R_KERNEL_TLS,          /* an upper layer protocol (TCP_ULP: kernel TLS) set: the connection
 	                          went on over TCP, where the kernel encrypts (shim/socket.c) */
+	R_OFFER_MISSED,        /* the server answered over TCP while our offer was open: it
+	                          accepted without finding it (a shared inbox's other reader
+	                          held it out too long: handshake/inbox.c) */
 	R_COUNT
 };
 

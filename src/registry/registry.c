@@ -426,7 +426,8 @@ int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsi
 		offer = &none;
 	ep_ip_hex(addr, ip);
 	snprintf(name, sizeof(name), "%u.%016llx.%s.%u.%d.%016llx.%016llx.%u.%u.%08llx",
-	         addr->port, (unsigned long long)netns, ip, flags, (int)sys_getpid(),
+	         addr->port, (unsigned long long)netns, ip, flags,
+	         offer->inbox_pid ? offer->inbox_pid : (int)sys_getpid(),
 	         (unsigned long long)offer->inbox, (unsigned long long)offer->direct,
 	         offer->tx_size, offer->rx_max,
 	         (unsigned long long)(registry_random64() & 0xffffffffu));

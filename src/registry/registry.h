@@ -106,6 +106,8 @@ struct listener_offer {
 	uint64_t inbox;
 	uint64_t direct;
 	uint32_t tx_size, rx_max;
+	int inbox_pid;          /* the pid in the inbox's name, if not the writer's (a
+	                           fork child naming its parent's inbox: inbox.c) */
 };
 int registry_listener_add(int dirfd, const struct ep *addr, uint64_t netns, unsigned flags,
                           const struct listener_offer *offer);

@@ -65,6 +65,8 @@ static const struct io_hooks runtime_io_hooks = {
 	.is_kept = fd_is_hidden,
 	.swap_begin = runtime_swap_begin,
 	.swap_end = runtime_swap_end,
+	.bell_watch = epoll_early_bell_watch,
+	.bell_unwatch = epoll_early_bell_unwatch,
 };
 
 /* SMCLO_DISABLE ends the start here, quietly (1). */

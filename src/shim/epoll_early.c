@@ -23,8 +23,18 @@
  * inside connect(), so the program, asleep in its set, never waits for a
  * decision nothing would make.  The one exception is a connection to a
  * listener that defers accept, pending until its first bytes went over TCP
- * (hs_send_prefix): its first write decides it when a set holds it, and a
- * wait on such a set decides it first (epoll_early_before_wait).  A
+ * (hs_send_prefix).  Deciding it at its first write would hold an event
+ * loop (ab, a proxy) in that write until the server accepts - behind
+ * connections the loop itself has not finished, which the server waits on
+ * (apache2's lingering close waits for the client's close): every loop
+ * stalled.  So from its first write the sets that hold it watch its
+ * doorbell too (epoll_early_bell_watch: the same data, only what reads),
+ * and the program, woken by the server's answer - in the ring, with a
+ * doorbell, or over TCP after a decline - decides it at its read.  The
+ * doorbell never hangs up meanwhile: the client keeps the server's end of
+ * the pair open until the decision (client.c).  A set that cannot watch it
+ * decides at the first write, and a wait on a set that holds such a
+ * connection unwatched decides it first (epoll_early_before_wait).  A
  * registration that could not be recorded (no memory) leaves its
  * connection on TCP (FDF_EPOLL_LOST, R_EPOLL_EARLY).
  */
@@ -47,6 +57,8 @@ struct early_reg {
 	                                   program reaches by another number (dup) lives on */
 	struct epoll_event ev;
 	int moving;                     /* taken out of its set for the switch */
+	int bell;                       /* the pending connection's doorbell, watched
+	                                   in the set beside it; -1 none */
 };
 
 static pthread_mutex_t early_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -63,8 +75,27 @@ static struct early_reg *early_find(int epfd, int fd)
 	return NULL;
 }
 
+/* What the doorbell's registration asks for: what @ev reads, and how. */
+static struct epoll_event bell_event(const struct epoll_event *ev)
+{
+	return (struct epoll_event){
+		.events = ev->events & (EPOLLIN | EPOLLRDNORM | EPOLLRDHUP | EPOLLPRI | EPOLLET |
+		                        EPOLLONESHOT | EPOLLWAKEUP),
+		.data = ev->data };
+}
+
+static void bell_drop(struct early_reg *r)
+{
+	REAL(epoll_ctl);
+
+	if (r->bell >= 0)
+		real_epoll_ctl(r->set, EPOLL_CTL_DEL, r->bell, NULL);
+	r->bell = -1;
+}
+
 static void early_drop(int i)
 {
+	bell_drop(&regs[i]);
 	sys_close(regs[i].set);
 	regs[i] = regs[--n_regs];
 	n_regs_any = n_regs;
@@ -91,9 +122,14 @@ static int early_note(int epfd, int fd, const struct epoll_event *ev)
 		}
 		r = &regs[n_regs++];
 		n_regs_any = n_regs;
-		*r = (struct early_reg){ .fd = fd, .epfd = epfd, .set = set };
+		*r = (struct early_reg){ .fd = fd, .epfd = epfd, .set = set, .bell = -1 };
 	}
 	r->ev = ev ? *ev : (struct epoll_event){ 0 };
+	if (r->bell >= 0) {             /* a MOD: the doorbell's follows */
+		REAL(epoll_ctl);
+		struct epoll_event b = bell_event(&r->ev);
+		real_epoll_ctl(r->set, EPOLL_CTL_MOD, r->bell, &b);
+	}
 	return 0;
 }
 
@@ -171,6 +207,39 @@ void epoll_early_swap_end(int fd)
 	fd_epoll_early(fd, 0);
 }
 
+int epoll_early_bell_watch(int fd, int bell)
+{
+	REAL(epoll_ctl);
+	int rc = 0;
+
+	pthread_mutex_lock(&early_lock);
+	for (int i = 0; i < n_regs && rc == 0; i++) {
+		struct early_reg *r = &regs[i];
+		struct epoll_event b = bell_event(&r->ev);
+		if (r->fd != fd || r->bell >= 0)
+			continue;
+		if (real_epoll_ctl(r->set, EPOLL_CTL_ADD, bell, &b) == 0)
+			r->bell = bell;
+		else
+			rc = -1;
+	}
+	pthread_mutex_unlock(&early_lock);
+	if (rc < 0)
+		epoll_early_bell_unwatch(fd);
+	return rc;
+}
+
+void epoll_early_bell_unwatch(int fd)
+{
+	if (!fd_epoll_early_count(fd))
+		return;
+	pthread_mutex_lock(&early_lock);
+	for (int i = 0; i < n_regs; i++)
+		if (regs[i].fd == fd)
+			bell_drop(&regs[i]);
+	pthread_mutex_unlock(&early_lock);
+}
+
 void epoll_early_before_wait(int epfd)
 {
 	int fds[64], n = 0;
@@ -179,7 +248,7 @@ void epoll_early_before_wait(int epfd)
 		return;
 	pthread_mutex_lock(&early_lock);
 	for (int i = 0; i < n_regs && n < 64; i++)
-		if (regs[i].epfd == epfd &&
+		if (regs[i].epfd == epfd && regs[i].bell < 0 &&
 		    (fd_flags(regs[i].fd) & (FDF_PENDING | FDF_PREFIX)) == FDF_PENDING)
 			fds[n++] = regs[i].fd;
 	pthread_mutex_unlock(&early_lock);

@@ -18,7 +18,15 @@ void epoll_early_fd_closed(int fd);
  */
 void epoll_early_swap_begin(int fd);
 void epoll_early_swap_end(int fd);
-/* Before a wait on @epfd: decide the pending connections registered in it early. */
+/*
+ * io_hooks bell_watch/bell_unwatch: every set holding @fd (a pending
+ * connection whose first bytes went over TCP) watches its doorbell @bell
+ * too, for what @fd's registration reads, with @fd's data; and stops.
+ */
+int epoll_early_bell_watch(int fd, int bell);
+void epoll_early_bell_unwatch(int fd);
+/* Before a wait on @epfd: decide the pending connections registered in it
+ * early (not those whose doorbell it watches). */
 void epoll_early_before_wait(int epfd);
 /* Around fork() (runtime/fork.c): first of the shim's locks, before epoll_watch's. */
 void epoll_early_fork_lock(void);

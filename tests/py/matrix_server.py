@@ -53,6 +53,9 @@ Patterns (see PATTERNS at the end):
   system-cat       os.system("exec cat <&N >&N")
   defer-after-listen  pgbouncer, apache2's AcceptFilter: TCP_DEFER_ACCEPT set
                    after listen(), then blocking accept()
+  prefork-defer    apache2's prefork: defer-after-listen in the parent, then 3
+                   fork children in blocking accept()
+  prefork-defer-epoll  apache2's event MPM: the same, the children in epoll loops
   setuid           after listen(): setgroups([]), setgid(nogroup), setuid(nobody)
   setgid           after listen(): setgid(nogroup) only (still uid 0)
   chroot           after listen(): chroot(WORKDIR/root)
@@ -557,9 +560,11 @@ def p_fork_epoll(port, work):
         reap()
 
 
-def p_prefork(kind):
+def p_prefork(kind, defer=False):
     def run(port, work):
         l = listen(port)
+        if defer:
+            l.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 5)
         for _ in range(3):
             if os.fork() == 0:
                 if kind == "dup0":
@@ -794,6 +799,8 @@ PATTERNS = {
     "prefork": p_prefork("accept"),
     "prefork-epoll": p_prefork("epoll-lt"),
     "prefork-dup0": p_prefork("dup0"),
+    "prefork-defer": p_prefork("accept", defer=True),
+    "prefork-defer-epoll": p_prefork("epoll-lt", defer=True),
     "thread": p_thread,
     "seccomp-fork": p_seccomp_fork,
     "handoff": p_handoff,

@@ -14,8 +14,9 @@ handshake timeout counted, nothing left running (the watchdog).
   pooling), both as the postgres user: pgbouncer's default
   tcp_defer_accept;
 * apache2 (mpm_event and mpm_prefork) with Debian's configuration and its
-  default AcceptFilter: not accelerated (several children accept on a
-  deferring listener), but never a stall, a graceful restart under load;
+  default AcceptFilter (several children accept on a deferring listener:
+  they share their parent's inbox), clients as root and as another user, a
+  graceful restart under load;
 * nginx passing PHP to php-fpm over FastCGI (its pool as Debian configures
   it, listening on a TCP port), varnish in front of nginx.
 """
@@ -243,40 +244,29 @@ def test_postgresql_behind_pgbouncer(default_reg, procs, scratch):  # noqa: F811
     assert st["accelerated_client"] >= 10 and st["accelerated_server"] == st["accelerated_client"], st
 
 
-APACHE = r"""
-set -e
-conf=$1; port=$2; mpm=$3
-cp -a /etc/apache2/. "$conf/"
-sed -i "s/^Listen 80$/Listen 127.0.0.1:$port/" "$conf/ports.conf"
-sed -i "s/<VirtualHost \*:80>/<VirtualHost *:$port>/; s#/var/www/html#$conf/www#" \
-    "$conf/sites-enabled/000-default.conf"
-sed -i "s#/var/run/apache2#$conf/run#; s#/var/lock/apache2#$conf/lock#; s#/var/log/apache2#$conf/log#" \
-    "$conf/envvars"
-sed -i "s#<Directory /var/www/>#<Directory $conf/www/>#" "$conf/apache2.conf"
-rm -f "$conf"/mods-enabled/mpm_*
-ln -s ../mods-available/mpm_$mpm.load ../mods-available/mpm_$mpm.conf "$conf/mods-enabled/" \
-    2>/dev/null || { ln -s "$conf/mods-available/mpm_$mpm.load" "$conf/mods-enabled/";
-                     ln -s "$conf/mods-available/mpm_$mpm.conf" "$conf/mods-enabled/"; }
-mkdir -p "$conf/run" "$conf/lock" "$conf/log" "$conf/www"
-"""
+APACHE_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                           "apache2-site.sh")
 
 
 @pytest.mark.parametrize("mpm", ["event", "prefork"])
 def test_apache2_default_accept_filter(default_reg, procs, scratch, mpm):  # noqa: F811
     """apache2 as Debian configures it (only the port and paths changed):
     started by root, children as www-data, its Linux default AcceptFilter
-    (http: TCP_DEFER_ACCEPT) on a listener several children accept on.  Not
-    accelerated: a client cannot know which child will be woken by its
-    first bytes (docs/design.md §8).  But no connection stalls: ab -c 20
-    (with and without keep-alive) and a graceful restart under load, every
-    request answered byte exact, every client end on TCP named
-    defer-accept, none waiting out a handshake timeout (before the fix of
-    deferred accept, 40 requests took 12 s)."""
+    (http: TCP_DEFER_ACCEPT) on a listener several children accept on.
+    Accelerated: the children read their parent's inbox, which their
+    entries name too, and a client sends its offer with its first bytes
+    (handshake/inbox.c, "a shared inbox").  ab -c 20 with and without
+    keep-alive as root, ab as another user, and a graceful restart under
+    load: every request answered byte exact, no connection waiting out a
+    handshake timeout (before deferred accept was handled, 40 requests took
+    12 s), and all but a few connections accelerated - the few named
+    offer-missed (a child that held the offer out of the queue while
+    another accepted its connection, on this 2-CPU machine under load)."""
     need("apache2")
     need("ab")
     conf = scratch("smclo-apache-", 0o755)
     port = free_port()
-    r = subprocess.run(["sh", "-c", APACHE, "sh", str(conf), str(port), mpm],
+    r = subprocess.run(["sh", APACHE_SITE, str(conf), str(port), mpm],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     blob = os.urandom(50000)
@@ -287,14 +277,28 @@ def test_apache2_default_accept_filter(default_reg, procs, scratch, mpm):  # noq
     wait_port(port, proc=srv)
     url = "http://127.0.0.1:%d/blob.bin" % port
     t0 = time.monotonic()
-    for keepalive in ([], ["-k"]):
-        r = subprocess.run([SMCLO, "run", "--", "ab", "-q", "-n", "200", "-c", "20"] + keepalive +
-                           [url], env=env, capture_output=True, text=True, timeout=120)
+    for who, keepalive in (([], []), ([], ["-k"]), (as_client(), [])):
+        r = subprocess.run(who + [SMCLO, "run", "--", "ab", "-q", "-n", "200", "-c", "20"] +
+                           keepalive + [url], env=env, capture_output=True, text=True,
+                           timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
         assert re.search(r"Failed requests:\s+0\n", r.stdout), r.stdout
         assert re.search(r"Complete requests:\s+200\n", r.stdout), r.stdout
         assert "Non-2xx" not in r.stdout and "Document Length:        50000" in r.stdout, r.stdout
-    # a graceful restart while requests come
+    # 200 + 200 connections, and the keep-alive run's 20
+    conns = 420
+    st = default_reg.wait_stats(lambda s: s["accelerated_client"] >= 0.95 * conns)
+    no_timeouts(st)
+    reasons = {k: v for k, v in st["fallback_by_reason"].items() if v}
+    # defer-accept: a connection ab closed unused once its requests were done
+    # (nothing to wake a server with: never offered); peer-no-smclo: the
+    # server's end of it, or of a missed offer
+    assert set(reasons) <= {"offer-missed", "defer-accept", "peer-no-smclo"}, reasons
+    assert st["accelerated_client"] >= 0.95 * conns, (st["accelerated_client"], reasons)
+    assert st["accelerated_server"] == st["accelerated_client"], st
+    # a graceful restart while requests come: a client whose server accepts
+    # later than the handshake timeout (children ending, new ones starting)
+    # goes on over TCP, counted as a timeout; not one request fails
     ab = subprocess.Popen([SMCLO, "run", "--", "ab", "-q", "-n", "400", "-c", "10", url],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.3)
@@ -306,12 +310,10 @@ def test_apache2_default_accept_filter(default_reg, procs, scratch, mpm):  # noq
     got = subprocess.run(["curl", "-sS", "--max-time", "5", url], capture_output=True,
                          timeout=10).stdout
     assert got == blob
-    # 200 connections, 20 kept alive, 400: every client end named
-    st = default_reg.wait_stats(lambda s: s["fallback_by_reason"]["defer-accept"] >= 620)
-    assert st["fallback_by_reason"]["timeout"] == 0, st["fallback_by_reason"]
-    assert st["fallback_by_reason"]["defer-accept"] >= 620, st["fallback_by_reason"]
-    assert st["accelerated"] == 0, st
-    assert took < 60, "%.1f s for 800 requests" % took
+    conns += 400
+    st = default_reg.wait_stats(lambda s: s["accelerated_client"] >= 0.9 * conns)
+    assert st["accelerated_client"] >= 0.9 * conns, st
+    assert took < 60, "%.1f s for 1000 requests" % took
     assert srv.poll() is None
 
 

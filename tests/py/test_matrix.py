@@ -159,6 +159,21 @@ BUGS = {}
 #   head when it takes the offer (hs_send_prefix, server_tcp_prefix): the
 #   inbox handshake, never direct (a first write needs a TCP connection to
 #   go over).  A client that may not offer (SMCLO_INBOX=0) takes TCP at once.
+#   The offer itself is sent with the first write, not at connect(): a burst
+#   of connects would fill the inbox's queue (10 datagrams) before a first
+#   byte woke the server to empty it.
+# * prefork-defer, prefork-defer-epoll: apache2's children (prefork, event):
+#   several processes accept on the deferring listener.  The children read
+#   their parent's inbox too and name it in their entries, so the client
+#   sees one inbox and offers there; a child that reads an offer not its
+#   own parks it where every reader looks (handshake/inbox.c, "a shared
+#   inbox").  Before: TCP at once (defer-accept).
+# * client-epoll-defer (an event-loop client, against defer-after-listen):
+#   its first write does not wait for the server's decision; its epoll set
+#   watches the doorbell beside the TCP socket (epoll_early_bell_watch) and
+#   the read that follows the answer decides.  Before: the first write
+#   waited for the server to accept (ab against apache2: every loop stalled
+#   behind connections the server waited on).
 # * user-accept, user-epoll, user-prefork: the server a service user's from the
 #   start (nobody; memcached, redis and mosquitto run so), root's client, a
 #   registry every user may use (as the default one, /dev/shm/smclo): the
@@ -206,6 +221,9 @@ spawn-cat          direct         inbox          rendezvous      tcp
 subprocess-cat     direct         inbox          rendezvous      tcp
 system-cat         direct         inbox          rendezvous      tcp
 defer-after-listen inbox          inbox          defer           tcp
+prefork-defer      inbox          inbox          defer           tcp
+prefork-defer-epoll inbox         inbox          defer           tcp
+client-epoll-defer inbox          inbox          defer           tcp
 iouring-files      unmoved        unmoved        unmoved         tcp
 iouring-socket     moved          moved          moved           tcp
 setuid             no-registry    no-registry    no-registry     tcp
@@ -251,6 +269,7 @@ MATRIX = parse_matrix(MATRIX_TEXT)
 
 # rows that are client patterns: the server pattern they run against
 SERVER_FOR = {"client-fdpass": "accept", "client-epoll-early": "accept",
+              "client-epoll-defer": "defer-after-listen",
               "client-api": "accept", "client-pool": "accept", "client-ktls": "accept",
               "client-seccomp": "accept", "client-seccomp-lt": "epoll-lt",
               "client-seccomp-et": "epoll-et", "client-seccomp-poll": "poll",
@@ -259,6 +278,7 @@ SERVER_FOR = {"client-fdpass": "accept", "client-epoll-early": "accept",
 CLIENT_OPTS = {
     "client-fdpass": ["--fdpass"],
     "client-epoll-early": ["--epoll-early"],
+    "client-epoll-defer": ["--epoll-early"],
     "client-api": ["--api"],
     "client-ktls": ["--ktls"],
     "client-seccomp": ["--seccomp"],
@@ -615,9 +635,10 @@ CAT_HANDLER = {"exec-cat", "exec-midstream", "exec-closeall", "exec-closerange",
 GREETS = {"fork-early", "fork-late", "api-fork", "pool-fork"}
 SERVER_WAITS = ["idle", "flood"]
 ECHO_START_BYTES = 4 * 4096         # matrix_kill.py echo_start(): ROUNDS x CHUNK
-# defer-after-listen is left out: a client that waits without sending is
+# the deferring rows are left out: a client that waits without sending is
 # never accepted by a deferring listener, with or without smclo (TCP's own)
-KILL_PATTERN_ROWS = [p for p in MATRIX if p not in SERVER_FOR and p != "defer-after-listen"]
+KILL_PATTERN_ROWS = [p for p in MATRIX if p not in SERVER_FOR and
+                     p not in ("defer-after-listen", "prefork-defer", "prefork-defer-epoll")]
 # (the user rows' servers are the accept, epoll-lt, prefork and setuid ones,
 # killed in their own rows; the user only changes who may look at them)
 

@@ -56,7 +56,7 @@ static void test_decline_says_why(void)
 	uint32_t w;
 
 	CHECK(inbox_offer_decide(h, OFFER_DECLINED | (uint32_t)R_IO_URING << 8) == 0);
-	w = inbox_offer_wait(h, mono_now_ms() + 1000);
+	w = inbox_offer_wait(h, mono_now_ms() + 1000, 0);
 	CHECK(OFFER_STATE(w) == OFFER_DECLINED && OFFER_REASON(w) == R_IO_URING);
 	free(h);
 }
@@ -75,7 +75,7 @@ static void test_waiter_is_woken(void)
 	pthread_t t;
 
 	pthread_create(&t, NULL, decide_later, h);
-	CHECK(inbox_offer_wait(h, t0 + 5000) == OFFER_TAKEN);
+	CHECK(inbox_offer_wait(h, t0 + 5000, 0) == OFFER_TAKEN);
 	CHECK(mono_now_ms() - t0 < 2500);        /* woken, not timed out */
 	pthread_join(t, NULL);
 	free(h);
@@ -86,9 +86,27 @@ static void test_wait_runs_out(void)
 	struct ring_hdr *h = open_offer();
 	long t0 = mono_now_ms();
 
-	CHECK(inbox_offer_wait(h, t0 + 50) == OFFER_WITHDRAWN);
+	CHECK(inbox_offer_wait(h, t0 + 50, 0) == OFFER_WITHDRAWN);
 	CHECK(mono_now_ms() - t0 < 2000);
 	CHECK(inbox_offer_decide(h, OFFER_TAKEN) == -1);        /* too late for the server */
+	free(h);
+}
+
+/* A look before the deadline returns the word still open, withdraws
+ * nothing, and the next wait goes on: a reading wait too, which gives its
+ * READING state back (the server then wakes the futex of a plain wait). */
+static void test_wait_looks(void)
+{
+	struct ring_hdr *h = open_offer();
+	long t0 = mono_now_ms();
+	int intr;
+
+	CHECK(inbox_offer_wait(h, t0 + 5000, t0 + 20) == OFFER_OPEN);
+	CHECK(mono_now_ms() - t0 < 2000);
+	CHECK(inbox_offer_wait_reading(h, 100, t0 + 5000, mono_now_ms() + 20, &intr) == OFFER_OPEN);
+	CHECK(atomic_load(&h->offer) == OFFER_OPEN || atomic_load(&h->offer) == OFFER_OPEN_SLEEP);
+	CHECK(inbox_offer_decide(h, OFFER_TAKEN) == 0);         /* still the server's to take */
+	CHECK(inbox_offer_wait(h, t0 + 5000, mono_now_ms() + 20) == OFFER_TAKEN);
 	free(h);
 }
 
@@ -99,7 +117,7 @@ static void test_hostile_word(void)
 
 	atomic_store(&h->offer, 0x77u);         /* no state of ours */
 	CHECK(inbox_offer_decide(h, OFFER_TAKEN) == -1);
-	CHECK(inbox_offer_wait(h, t0 + 50) == OFFER_WITHDRAWN);
+	CHECK(inbox_offer_wait(h, t0 + 50, 0) == OFFER_WITHDRAWN);
 	CHECK(mono_now_ms() - t0 < 2000);
 	free(h);
 }
@@ -153,6 +171,7 @@ int main(void)
 	test_decline_says_why();
 	test_waiter_is_woken();
 	test_wait_runs_out();
+	test_wait_looks();
 	test_hostile_word();
 	test_this_host();
 	test_release();
