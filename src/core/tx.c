@@ -345,9 +345,13 @@ ssize_t tx_send_pending(struct conn *c, const struct iovec *iov, int iovcnt)
 
 	for (int k = 0; k < iovcnt; k++)
 		total += iov[k].iov_len;
-	/* once the server has decided (or the wait is over) the next call settles it */
+	/* once the server has decided (or the wait is over) the next call
+	 * settles it; so does a write after first bytes that went over TCP (a
+	 * listener that defers accept): a server that declines would wait on
+	 * TCP for bytes kept here, and an event loop waiting for its answer
+	 * would have nothing to wake it (shim/epoll_early.c) */
 	if (atomic_load_explicit(&c->tx->offer, memory_order_acquire) > OFFER_OPEN_SLEEP ||
-	    mono_now_ms() >= c->pending_until_ms)
+	    mono_now_ms() >= c->pending_until_ms || c->tcp_prefix)
 		return -1;
 	shared_lock(&sh->tx_lock);
 	/* nobody reads the ring yet: what is there is replayed into TCP if the

@@ -566,26 +566,27 @@ static int pending_answered_on_tcp(int fd, struct conn *c, uint32_t *w)
 static uint32_t pending_wait(int fd, struct conn *c, size_t reading)
 {
 	struct ring_hdr *up = region_up(c->region);
+	int interrupted = 0;
 	uint32_t w;
 
+	/* a read that may time out waits for the decision only: its own wait
+	 * honours SO_RCVTIMEO (the decision comes within the handshake timeout);
+	 * so does one a signal interrupted, which then fails with EINTR */
+	if (!reading || sockopt_may_have_timeouts(fd))
+		interrupted = -1;
 	while (!pending_answered_on_tcp(fd, c, &w)) {
 		long look = mono_now_ms() + PENDING_LOOK_MS;
-		if (reading && !sockopt_may_have_timeouts(fd)) {
-			/* a read that may time out waits for the decision only: its own
-			 * wait honours SO_RCVTIMEO (the decision comes within the
-			 * handshake timeout) */
-			int interrupted;
+		if (interrupted == 0)
 			w = inbox_offer_wait_reading(up, reading < c->rx_size ? (uint32_t)reading
 			                                                     : c->rx_size,
 			                             c->pending_until_ms, look, &interrupted);
-			if (interrupted && w == OFFER_TAKEN)
-				rx_note_interrupted();  /* for the read in the ring that follows */
-		} else {
+		else
 			w = inbox_offer_wait(up, c->pending_until_ms, look);
-		}
 		if (w != OFFER_OPEN)
 			break;
 	}
+	if (interrupted == 1 && w == OFFER_TAKEN)
+		rx_note_interrupted();  /* for the read in the ring that follows */
 	return w;
 }
 
@@ -601,8 +602,8 @@ void hs_resolve(int fd, struct conn *c, size_t reading)
 		return;
 	}
 	if (c->tcp_prefix == CONN_PREFIX_WAIT) {
-		/* nothing woke the server yet, and nothing will: TCP at once */
-		unsent_free(c);
+		/* nothing woke the server yet, and nothing will: TCP at once (the
+		 * kept offer is freed below, under the lock unsent_send holds) */
 		w = inbox_offer_withdraw(region_up(c->region));
 		fd_clear_flags(fd, FDF_PREFIX);
 		if (w == OFFER_WITHDRAWN)
@@ -639,6 +640,23 @@ static ssize_t prefix_rest(int fd, struct conn *c, const struct iovec *iov, int 
 	if (c->mode == MODE_SHM)
 		return tx_send(c, fd, tail, tn, flags);
 	return sys_result(sys_sendmsg(fd, &m, flags));
+}
+
+/*
+ * The epoll sets that hold @fd watch its doorbell until the decision
+ * (epoll_early.c); -1 if they cannot.  Under the lock the decision's
+ * unwatch takes, and only while nobody decides: a watch made after that
+ * unwatch would name a doorbell about to be closed.
+ */
+static int prefix_bell_watch(int fd, struct conn *c)
+{
+	int rc = 0;
+
+	shared_lock(&c->sh->tx_lock);
+	if (atomic_load(&c->pending) == PENDING_OPEN)
+		rc = io_bell_watch(fd, c->bell_fd);
+	shared_unlock(&c->sh->tx_lock);
+	return rc;
 }
 
 /* Would a first write sit in the socket instead of waking the server? */
@@ -697,7 +715,7 @@ int hs_send_prefix(int fd, const struct iovec *iov, int n, int flags, ssize_t *s
 	if (k > 0 && (size_t)k < total && blocking &&
 	    (rest = prefix_rest(fd, c, iov, n, (size_t)k, flags)) > 0)
 		k += rest;
-	else if (k > 0 && fd_epoll_early_count(fd) && io_bell_watch(fd, c->bell_fd) < 0)
+	else if (k > 0 && fd_epoll_early_count(fd) && prefix_bell_watch(fd, c) < 0)
 		hs_resolve(fd, c, 0);   /* a set may sleep on it: decided now (the server is up) */
 	conn_put(c);
 	*sent = k < 0 ? -1 : k;

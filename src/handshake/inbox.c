@@ -17,16 +17,16 @@
  * inbox, which their entries name too, so a client sees one inbox there and
  * sends its offer with its first bytes over TCP (listener.c).  The kernel
  * wakes whichever child it likes, so an offer a reader takes out and finds
- * not its own is parked at once where every reader looks too, instead of
- * in a stash another process cannot see: a datagram socket pair made with
- * the inbox and inherited with it.  Not the inbox itself: the kernel queues
- * at most net.unix.max_dgram_qlen (10) datagrams from strangers there,
- * while between the two ends of a pair only the buffer counts, and offers
- * wait for their connection's first bytes.  Every accept moves what the
- * inbox holds to the park, so the inbox stays short.  A shared page,
- * inherited by fork, counts the offers readers hold out of both at any
- * moment: a reader that finds both empty while others hold some waits for
- * them to come back (bounded), since its own may be among them.
+ * not its own is parked where every reader looks too, instead of in a
+ * stash another process cannot see: a datagram socket pair made with the
+ * inbox (at the first fork) and inherited with it.  Not the inbox itself:
+ * the kernel queues at most net.unix.max_dgram_qlen (10) datagrams from
+ * strangers there, while between the two ends of a pair only the buffer
+ * counts.  An accept reads the inbox, then the park, each offer once, and
+ * parks the others it read when the pass ends.  A shared page, inherited
+ * by fork, names the readers holding offers out of both at any moment: a
+ * reader that finds both empty while a live one holds some waits for it
+ * (bounded), since its own may be among them.
  *
  * A listener that takes connections without TCP (the direct handshake,
  * direct.c) has an inbox of its own besides: every message there is a
@@ -50,6 +50,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -71,10 +72,17 @@ struct pending {
 	long at_ms;
 };
 
-/* What the processes reading one inbox share (MAP_SHARED, inherited by fork);
- * an inbox that has it is shared: a fork child may read it. */
+/*
+ * What the processes reading one inbox share (MAP_SHARED, inherited by
+ * fork); an inbox that has it is shared: a fork child may read it.  A
+ * reader that takes offers out of the queues writes its pid in a free slot
+ * first and clears it once it has parked what is not its own; a reader
+ * killed in between leaves its pid, which the next reader that looks
+ * finds dead and clears (shared_others_hold), so it is never waited for.
+ */
+#define HOLDERS 64
 struct inbox_share {
-	_Atomic uint32_t held;      /* offers taken out by a reader, not yet parked or kept */
+	_Atomic int32_t holder[HOLDERS];
 };
 
 struct inbox {
@@ -442,6 +450,8 @@ static int is_shared(const struct inbox *ib)
  * gone round longer than its client waits (the first reader to park it
  * notes when, in the nonce, which an offer does not use; a time from the
  * future is a client's lie: dropped).  Closes its descriptors either way.
+ * The caller counts the offers parked as sent (registry_offer_count), once:
+ * readers that found the queues empty look again.
  */
 static void shared_park(struct inbox *ib, struct pending *p)
 {
@@ -451,44 +461,84 @@ static void shared_park(struct inbox *ib, struct pending *p)
 
 	if (!first)
 		p->m.hdr.nonce = (uint64_t)now + 1;
-	if (!first || (first <= (uint64_t)now + 1 && now + 1 - (long)first <= 2L * cfg.handshake_ms)) {
-		if (sys_sendmsg(ib->park[1], clc_prepare(&o, &p->m, p->fds, OFFER_FDS),
-		                MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)p->m.hdr.length)
-			registry_offer_count(registry_fd);      /* readers that found it empty look again */
-	}
+	if (!first || (first <= (uint64_t)now + 1 && now + 1 - (long)first <= 2L * cfg.handshake_ms))
+		sys_sendmsg(ib->park[1], clc_prepare(&o, &p->m, p->fds, OFFER_FDS),
+		            MSG_NOSIGNAL | MSG_DONTWAIT);
 	sys_close_all(p->fds, OFFER_FDS);
 }
 
-/*
- * Read @s (the inbox or the park) for the offer of @local <- @peer,
- * parking every other: 1 with it in @out, 0 once @s is empty (or
- * failed), or when @reads reaches DRAIN_MAX.
- */
-static int shared_read(struct inbox *ib, int s, const struct ep *local, const struct ep *peer,
-                       struct pending *out, int *reads)
+/* Our pid in a free slot (its index), or -1: all taken, we go uncounted. */
+static int shared_hold(struct inbox *ib)
 {
-	_Atomic uint32_t *held = &ib->share->held;
+	int32_t me = (int32_t)sys_getpid();
 
-	while (*reads < DRAIN_MAX) {
-		int found = 0;
-		/* counted out of the queue before we read: see shared_look_again */
-		atomic_fetch_add_explicit(held, 1, memory_order_seq_cst);
-		if (clc_recv(s, CLC_OFFER, 0, &out->m, out->fds, OFFER_FDS) < 0) {
-			int e = errno;
-			atomic_fetch_sub_explicit(held, 1, memory_order_seq_cst);
-			if (e != EPROTO)
-				return 0;
-			++*reads;       /* not an offer: dropped (and counted: a flood ends) */
+	for (int i = 0; i < HOLDERS; i++) {
+		int32_t free_slot = 0;
+		if (atomic_compare_exchange_strong(&ib->share->holder[i], &free_slot, me))
+			return i;
+	}
+	return -1;
+}
+
+static void shared_unhold(struct inbox *ib, int slot)
+{
+	if (slot >= 0)
+		atomic_store(&ib->share->holder[slot], 0);
+}
+
+/* Does a live reader other than us hold offers out?  Dead ones are cleared. */
+static int shared_others_hold(struct inbox *ib)
+{
+	int32_t me = (int32_t)sys_getpid();
+
+	for (int i = 0; i < HOLDERS; i++) {
+		int32_t pid = atomic_load(&ib->share->holder[i]);
+		if (pid == 0 || pid == me)
 			continue;
-		}
-		++*reads;
-		if (pending_matches(out, local, peer))
-			found = 1;
+		if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH)
+			atomic_compare_exchange_strong(&ib->share->holder[i], &pid, 0);
 		else
-			shared_park(ib, out);
-		atomic_fetch_sub_explicit(held, 1, memory_order_seq_cst);
-		if (found)
 			return 1;
+	}
+	return 0;
+}
+
+/* Is any slot taken (no system call: for the look before an accept's)? */
+static int shared_any_hold(const struct inbox *ib)
+{
+	for (int i = 0; i < HOLDERS; i++)
+		if (atomic_load_explicit(&ib->share->holder[i], memory_order_relaxed))
+			return 1;
+	return 0;
+}
+
+/*
+ * One pass over @ib's inbox, then its park, each offer read once: the
+ * offer of @local <- @peer into @out (1), the others kept in @keep
+ * (*@nkeep) to be parked after the pass; 0 once both are empty, or when
+ * @reads reaches DRAIN_MAX.
+ */
+static int shared_pass(struct inbox *ib, const struct ep *local, const struct ep *peer,
+                       struct pending *out, struct pending *keep, int *nkeep, int *reads)
+{
+	int queues[2] = { ib->sock, ib->park[0] };
+
+	for (int q = 0; q < 2; q++) {
+		while (*reads < DRAIN_MAX) {
+			struct pending *p = &keep[*nkeep];
+			if (clc_recv(queues[q], CLC_OFFER, 0, &p->m, p->fds, OFFER_FDS) < 0) {
+				if (errno != EPROTO)
+					break;
+				++*reads;       /* not an offer: dropped (and counted: a flood ends) */
+				continue;
+			}
+			++*reads;
+			if (pending_matches(p, local, peer)) {
+				*out = *p;
+				return 1;
+			}
+			++*nkeep;
+		}
 	}
 	return 0;
 }
@@ -497,12 +547,12 @@ static int shared_read(struct inbox *ib, int s, const struct ep *local, const st
  * Both were empty.  Look again while another reader holds offers it took
  * out (ours may be among them; it parks what is not its own), for at most
  * SHARED_WAIT_MS; once nobody holds any, one last look: an offer parked
- * between our read and now is there (parked before its holder counts
- * itself out).
+ * between our read and now is there (parked before its holder clears its
+ * slot).
  */
 static int shared_look_again(struct inbox *ib, long *until, int *last)
 {
-	if (!atomic_load_explicit(&ib->share->held, memory_order_seq_cst)) {
+	if (!shared_others_hold(ib)) {
 		*last = !*last;
 		return *last;
 	}
@@ -519,19 +569,25 @@ static int shared_look_again(struct inbox *ib, long *until, int *last)
 static int shared_take(struct inbox *ib, const struct ep *local, const struct ep *peer,
                        union clc_msg *m, int fds[OFFER_FDS])
 {
-	struct pending p;
+	struct pending keep[DRAIN_MAX], mine;
 	long until = 0;
 	uint64_t sent;
 	int counted, last = 0, reads = 0;
 
-	if (still_empty(ib, &sent, &counted) && !atomic_load(&ib->share->held))
+	if (still_empty(ib, &sent, &counted) && !shared_any_hold(ib))
 		return -1;
 	for (;;) {
-		/* the inbox first: every accept empties it into the park */
-		if (shared_read(ib, ib->sock, local, peer, &p, &reads) ||
-		    shared_read(ib, ib->park[0], local, peer, &p, &reads)) {
-			*m = p.m;
-			memcpy(fds, p.fds, sizeof(p.fds));
+		int nkeep = 0, slot = shared_hold(ib);
+		int found = shared_pass(ib, local, peer, &mine, keep, &nkeep, &reads);
+
+		for (int i = 0; i < nkeep; i++)
+			shared_park(ib, &keep[i]);
+		if (nkeep)
+			registry_offer_count(registry_fd);
+		shared_unhold(ib, slot);
+		if (found) {
+			*m = mine.m;
+			memcpy(fds, mine.fds, sizeof(mine.fds));
 			return 0;
 		}
 		if (reads >= DRAIN_MAX)
@@ -548,9 +604,11 @@ void inbox_fork_prepare(void)
 	forget_parents_inbox();
 	/* a child may read our inbox from now on: what we read ahead is parked */
 	own_share();
-	if (own.share)
+	if (own.share && stash_n) {
 		while (stash_n)
 			shared_park(&own, &stash[--stash_n]);
+		registry_offer_count(registry_fd);
+	}
 	pthread_mutex_unlock(&inbox_lock);
 }
 
@@ -563,9 +621,10 @@ int inbox_may_hold_offer(void)
 
 	pthread_mutex_lock(&inbox_lock);
 	forget_parents_inbox();
-	may = (own.sock >= 0 && (stash_n > 0 || !still_empty(&own, &sent, &counted))) ||
+	may = (own.sock >= 0 && (stash_n > 0 || !still_empty(&own, &sent, &counted) ||
+	                         (is_shared(&own) && shared_any_hold(&own)))) ||
 	      (is_shared(&inherited) && (!still_empty(&inherited, &sent, &counted) ||
-	                                  atomic_load(&inherited.share->held)));
+	                                  shared_any_hold(&inherited)));
 	pthread_mutex_unlock(&inbox_lock);
 	return may;
 }

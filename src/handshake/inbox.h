@@ -48,8 +48,8 @@ uint64_t inbox_id(void);
  * or the one it inherited in turn), which the child reads too and names in
  * its entries for listeners that defer accept: its id (0 if none), and the
  * pid in its name at @pid.  inbox_fork_prepare, in the parent before
- * fork(): from then on offers it reads that are not its own go back into
- * the queue instead of its stash (see inbox.c).
+ * fork(): from then on offers it reads that are not its own are parked
+ * where its children look too, instead of in its stash (see inbox.c).
  */
 uint64_t inbox_inherited(int *pid);
 /* The same in the fork child's handler, which holds inbox.c's lock since

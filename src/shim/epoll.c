@@ -122,11 +122,18 @@ static int watched_epoll(const struct epoll_call *k, int epfd, struct epoll_even
 		                     : WATCH_PASS;
 		int r, e;
 
-		if (v >= 0)
-			return v;
-		r = real_epoll(k, epfd, ev, max, timeout, first);
+		if (v >= 0) {
+			r = v;  /* what the watch found, kernel events among it */
+		} else {
+			r = real_epoll(k, epfd, ev, max, timeout, first);
+			e = errno;
+			r = v == WATCH_PASS ? epoll_watch_drop_parked(ev, r) :
+			                      epoll_watch_after_sleep(epfd, ev, r);
+			errno = e;
+		}
+		/* a watched doorbell's event as the program's (epoll_early.c) */
 		e = errno;
-		r = v == WATCH_PASS ? epoll_watch_drop_parked(ev, r) : epoll_watch_after_sleep(epfd, ev, r);
+		r = epoll_early_after_wait(ev, r);
 		errno = e;
 		if (r != 0 || timeout == 0)
 			return r;

@@ -59,7 +59,19 @@ struct early_reg {
 	int moving;                     /* taken out of its set for the switch */
 	int bell;                       /* the pending connection's doorbell, watched
 	                                   in the set beside it; -1 none */
+	uint64_t bell_tag;              /* the data its registration carries (BELL_TAG) */
 };
+
+/*
+ * A doorbell's registration carries a tag of ours, never the program's
+ * data: a wait turns its event into the program's, merged with an event of
+ * the TCP socket's registration in the same batch (epoll_early_after_wait),
+ * so the program never sees two events with one data.  The tag's high bits
+ * are smclo's mark, as PARKED_DATA's are (epoll_watch.c).
+ */
+#define BELL_TAG 0x8000736200000000ULL     /* "sb" and a sequence number */
+static uint32_t bell_seq;
+static _Atomic int n_bells;             /* doorbells watched, for a look without the lock */
 
 static pthread_mutex_t early_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct early_reg *regs;
@@ -75,21 +87,31 @@ static struct early_reg *early_find(int epfd, int fd)
 	return NULL;
 }
 
-/* What the doorbell's registration asks for: what @ev reads, and how. */
-static struct epoll_event bell_event(const struct epoll_event *ev)
+#define BELL_READS (EPOLLIN | EPOLLRDNORM | EPOLLRDHUP | EPOLLPRI)
+
+/*
+ * What the doorbell's registration for @r asks for: what the program's
+ * reads (nothing yet, for a program that waits to write: its MOD for
+ * reading arms it), once - one-shot, armed again by every MOD of the
+ * program's: the doorbell's first event is the answer the program waits
+ * for, and a hang-up (a server that moved the connection at once) must
+ * not come back at every wait.
+ */
+static struct epoll_event bell_event(const struct early_reg *r)
 {
 	return (struct epoll_event){
-		.events = ev->events & (EPOLLIN | EPOLLRDNORM | EPOLLRDHUP | EPOLLPRI | EPOLLET |
-		                        EPOLLONESHOT | EPOLLWAKEUP),
-		.data = ev->data };
+		.events = (r->ev.events & (BELL_READS | EPOLLWAKEUP)) | EPOLLONESHOT,
+		.data.u64 = r->bell_tag };
 }
 
 static void bell_drop(struct early_reg *r)
 {
 	REAL(epoll_ctl);
 
-	if (r->bell >= 0)
+	if (r->bell >= 0) {
 		real_epoll_ctl(r->set, EPOLL_CTL_DEL, r->bell, NULL);
+		n_bells--;
+	}
 	r->bell = -1;
 }
 
@@ -127,7 +149,7 @@ static int early_note(int epfd, int fd, const struct epoll_event *ev)
 	r->ev = ev ? *ev : (struct epoll_event){ 0 };
 	if (r->bell >= 0) {             /* a MOD: the doorbell's follows */
 		REAL(epoll_ctl);
-		struct epoll_event b = bell_event(&r->ev);
+		struct epoll_event b = bell_event(r);
 		real_epoll_ctl(r->set, EPOLL_CTL_MOD, r->bell, &b);
 	}
 	return 0;
@@ -207,6 +229,16 @@ void epoll_early_swap_end(int fd)
 	fd_epoll_early(fd, 0);
 }
 
+/*
+ * A one-shot registration would fire twice (once for each socket), which a
+ * pool of threads sharing the set relies on not to happen: such a program
+ * decides at its first write, as before.
+ */
+static int bell_watchable(const struct early_reg *r)
+{
+	return !(r->ev.events & (EPOLLONESHOT | EPOLLEXCLUSIVE));
+}
+
 int epoll_early_bell_watch(int fd, int bell)
 {
 	REAL(epoll_ctl);
@@ -215,18 +247,76 @@ int epoll_early_bell_watch(int fd, int bell)
 	pthread_mutex_lock(&early_lock);
 	for (int i = 0; i < n_regs && rc == 0; i++) {
 		struct early_reg *r = &regs[i];
-		struct epoll_event b = bell_event(&r->ev);
+		struct epoll_event b;
 		if (r->fd != fd || r->bell >= 0)
 			continue;
-		if (real_epoll_ctl(r->set, EPOLL_CTL_ADD, bell, &b) == 0)
-			r->bell = bell;
-		else
+		if (!bell_watchable(r)) {
 			rc = -1;
+			break;
+		}
+		r->bell_tag = BELL_TAG | ++bell_seq;     /* 32 bits: unique among the live ones */
+		b = bell_event(r);
+		if (real_epoll_ctl(r->set, EPOLL_CTL_ADD, bell, &b) == 0) {
+			r->bell = bell;
+			n_bells++;
+		} else {
+			rc = -1;
+		}
 	}
 	pthread_mutex_unlock(&early_lock);
 	if (rc < 0)
 		epoll_early_bell_unwatch(fd);
 	return rc;
+}
+
+/* The program's event for doorbell tag @tag, or 0 (a registration gone). */
+static int bell_event_of(uint64_t tag, struct epoll_event *prog)
+{
+	for (int i = 0; i < n_regs; i++)
+		if (regs[i].bell >= 0 && regs[i].bell_tag == tag) {
+			*prog = regs[i].ev;
+			return 1;
+		}
+	return 0;
+}
+
+int epoll_early_after_wait(struct epoll_event *ev, int n)
+{
+	int kept = 0;
+
+	if (n <= 0 || !atomic_load_explicit(&n_bells, memory_order_relaxed))
+		return n;
+	pthread_mutex_lock(&early_lock);
+	for (int i = 0; i < n; i++) {
+		struct epoll_event prog;
+		uint32_t rd;
+		int k;
+
+		if ((ev[i].data.u64 & ~0xffffffffULL) != BELL_TAG) {
+			ev[kept++] = ev[i];
+			continue;
+		}
+		if (!bell_event_of(ev[i].data.u64, &prog))
+			continue;       /* unwatched meanwhile: the decision was made */
+		/* the doorbell rang, or hung up: either way there is something to
+		 * read, for a program that reads; nothing to one that waits to write */
+		rd = prog.events & (EPOLLIN | EPOLLRDNORM);
+		if (!rd)
+			continue;
+		/* the TCP socket's event for the same registration, emitted already
+		 * or still to come (the entries between are moved copies) */
+		for (k = 0; k < kept && ev[k].data.u64 != prog.data.u64; k++)
+			;
+		if (k == kept)
+			for (k = i + 1; k < n && ev[k].data.u64 != prog.data.u64; k++)
+				;
+		if (k < n && (k < kept || k > i))
+			ev[k].events |= rd;
+		else
+			ev[kept++] = (struct epoll_event){ .events = rd, .data = prog.data };
+	}
+	pthread_mutex_unlock(&early_lock);
+	return kept;
 }
 
 void epoll_early_bell_unwatch(int fd)

@@ -25,6 +25,10 @@ void epoll_early_swap_end(int fd);
  */
 int epoll_early_bell_watch(int fd, int bell);
 void epoll_early_bell_unwatch(int fd);
+/* After a wait returned @n events at @ev: a watched doorbell's become the
+ * program's (EPOLLIN, its data), merged with the TCP socket's event of the
+ * same registration.  Returns the count left. */
+int epoll_early_after_wait(struct epoll_event *ev, int n);
 /* Before a wait on @epfd: decide the pending connections registered in it
  * early (not those whose doorbell it watches). */
 void epoll_early_before_wait(int epfd);
