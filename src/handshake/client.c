@@ -574,7 +574,9 @@ static uint32_t pending_wait(int fd, struct conn *c, size_t reading)
 	 * so does one a signal interrupted, which then fails with EINTR */
 	if (!reading || sockopt_may_have_timeouts(fd))
 		interrupted = -1;
-	while (!pending_answered_on_tcp(fd, c, &w)) {
+	/* TCP is looked at only once a slice passed undecided: a decision
+	 * usually comes first, and the look is a system call */
+	do {
 		long look = mono_now_ms() + PENDING_LOOK_MS;
 		if (interrupted == 0)
 			w = inbox_offer_wait_reading(up, reading < c->rx_size ? (uint32_t)reading
@@ -582,9 +584,7 @@ static uint32_t pending_wait(int fd, struct conn *c, size_t reading)
 			                             c->pending_until_ms, look, &interrupted);
 		else
 			w = inbox_offer_wait(up, c->pending_until_ms, look);
-		if (w != OFFER_OPEN)
-			break;
-	}
+	} while (w == OFFER_OPEN && !pending_answered_on_tcp(fd, c, &w));
 	if (interrupted == 1 && w == OFFER_TAKEN)
 		rx_note_interrupted();  /* for the read in the ring that follows */
 	return w;
