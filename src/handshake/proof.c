@@ -104,14 +104,20 @@ static int uring_scan(void)
 	d = opendir("/proc/self/fd");
 	while (d && (de = readdir(d)) != NULL) {
 		char link[64];
-		ssize_t n = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
+		int fd = atoi(de->d_name);
+		ssize_t n;
+		/* our own, in the hidden range (a shared inbox's parks alone are
+		 * 32): not the program's ring, and no readlink each */
+		if (fd_is_hidden(fd) && fd_next_ours((unsigned)fd, (unsigned)fd) == fd)
+			continue;
+		n = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
 		if (n <= 0)
 			continue;
 		link[n] = '\0';
 		if (strcmp(link, "anon_inode:[io_uring]") != 0)
 			continue;
 		found |= URING_ANY;
-		if (!uring_is_known(atoi(de->d_name)))
+		if (!uring_is_known(fd))
 			found |= URING_UNSEEN;
 	}
 	if (d)
