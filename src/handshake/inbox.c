@@ -27,8 +27,10 @@
  * the kernel queues at most net.unix.max_dgram_qlen (10) datagrams from
  * strangers there, while between the two ends of a pair only the buffer
  * counts.  An accept reads the inbox, parking the offers of other parks
- * as it goes, then its park, each offer once, and parks the rest of its
- * park's when the pass ends.  A shared page, inherited by fork, names the
+ * as it goes, then the park of offers read before their client connected
+ * (PARK_UNSEEN: a server that forked once shares its inbox for every
+ * listener, and there a client offers before its SYN), then its park, each
+ * offer once, and parks the rest when the pass ends.  A shared page, inherited by fork, names the
  * readers holding offers out of the queues at any moment, and which park
  * they hold for: a reader that finds its queues empty while a live one
  * holds some of its park's waits for it (bounded), since its own may be
@@ -91,8 +93,10 @@ struct pending {
  * for.
  */
 #define HOLDERS 64
-#define PARKS 16                /* a shared inbox's parks: 32 descriptors in each reader */
-#define HOLD_ANY PARKS
+#define PARKS 16                /* a shared inbox's parks, by the client's end */
+#define PARK_UNSEEN PARKS       /* and one for offers whose client was not connected yet */
+#define PARK_PAIRS (PARKS + 1)  /* 34 descriptors in each reader */
+#define HOLD_ANY PARK_PAIRS
 #define HOLDER(pid, park) ((int64_t)(park) << 32 | (uint32_t)(pid))
 #define HOLDER_PID(h) ((pid_t)(uint32_t)(h))
 #define HOLDER_PARK(h) ((int)((h) >> 32))
@@ -102,8 +106,8 @@ struct inbox_share {
 
 struct inbox {
 	int sock;                   /* -1: none */
-	int parks;                  /* shared: PARKS socket pairs in park */
-	int park[PARKS][2];         /* offers read and not ours, by their client's end */
+	int parks;                  /* shared: PARK_PAIRS socket pairs in park */
+	int park[PARK_PAIRS][2];    /* offers read and not ours, by their client's end */
 	uint64_t id;
 	pid_t pid;                  /* the pid in its name: its maker's */
 	struct inbox_share *share;
@@ -246,14 +250,14 @@ static void own_share(void)
 
 	if (own.sock < 0 || own.share)
 		return;
-	for (own.parks = 0; own.parks < PARKS; own.parks++) {
+	for (own.parks = 0; own.parks < PARK_PAIRS; own.parks++) {
 		int *park = own.park[own.parks];
 		if (sys_socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, park) < 0)
 			break;
 		park[0] = io_keep_fd(park[0]);
 		park[1] = io_keep_fd(park[1]);
 	}
-	sh = own.parks < PARKS ? MAP_FAILED :
+	sh = own.parks < PARK_PAIRS ? MAP_FAILED :
 	     mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED) {
 		while (own.parks > 0)
@@ -386,9 +390,16 @@ static void pending_read_ends(struct pending *p)
 	                ep_of_socket(p->fds[OFFER_FD_TCP], 1, &p->server) == 0;
 }
 
-/* Is @p the client end of the connection we accepted as @local <- @peer? */
-static int pending_matches(const struct pending *p, const struct ep *local, const struct ep *peer)
+/*
+ * Is @p the client end of the connection we accepted as @local <- @peer?
+ * A client offers before its SYN (except to a listener that defers
+ * accept), so an offer read ahead may name no connection yet: its ends are
+ * asked again until it does.
+ */
+static int pending_matches(struct pending *p, const struct ep *local, const struct ep *peer)
 {
+	if (!p->ends_known)
+		pending_read_ends(p);
 	return p->ends_known && ep_equal(&p->client, peer) && ep_equal(&p->server, local);
 }
 
@@ -474,7 +485,15 @@ static int is_shared(const struct inbox *ib)
 static int park_of(const struct ep *client)
 {
 	/* ephemeral ports come in sequence: consecutive connections spread */
-	return (client->port ^ client->ip[15] ^ client->ip[14] << 4) % PARKS;
+	return (client->port ^ client->ip[15] ^ client->ip[14]) % PARKS;
+}
+
+/* The park of @p: PARK_UNSEEN while its client is not connected. */
+static int pending_park(struct pending *p)
+{
+	if (!p->ends_known)
+		pending_read_ends(p);
+	return p->ends_known ? park_of(&p->client) : PARK_UNSEEN;
 }
 
 /*
@@ -496,8 +515,7 @@ static int pending_client_gone(const struct pending *p)
  * client decided (pending_client_gone), or once it has gone round longer
  * than its client waits (the first reader to park it notes when, in the
  * nonce, which an offer does not use; a time from the future is a
- * client's lie: dropped), or when its socket names no connection.  Closes
- * its descriptors either way.  The caller counts the offers parked as sent
+ * client's lie: dropped).  Closes its descriptors either way.  The caller counts the offers parked as sent
  * (registry_offer_count), once: readers that found the queues empty look
  * again.
  */
@@ -511,8 +529,8 @@ static void shared_park(struct inbox *ib, struct pending *p)
 
 	if (!first)
 		p->m.hdr.nonce = (uint64_t)now + 1;
-	if (fresh && p->ends_known && !pending_client_gone(p))
-		sys_sendmsg(ib->park[park_of(&p->client)][1],
+	if (fresh && !pending_client_gone(p))
+		sys_sendmsg(ib->park[pending_park(p)][1],
 		            clc_prepare(&o, &p->m, p->fds, OFFER_FDS), MSG_NOSIGNAL | MSG_DONTWAIT);
 	sys_close_all(p->fds, OFFER_FDS);
 }
@@ -581,54 +599,71 @@ static int shared_any_hold(const struct inbox *ib)
 static int shared_read(int q, struct pending *p, int *reads)
 {
 	while (*reads < DRAIN_MAX) {
-		int rc = clc_recv(q, CLC_OFFER, 0, &p->m, p->fds, OFFER_FDS);
-		++*reads;       /* not an offer: dropped, and counted: a flood ends */
-		if (rc == 0) {
+		if (clc_recv(q, CLC_OFFER, 0, &p->m, p->fds, OFFER_FDS) == 0) {
+			++*reads;
 			pending_read_ends(p);
 			return 1;
 		}
 		if (errno != EPROTO)
-			return 0;
+			return 0;       /* empty: not counted, the wait is bounded by time */
+		++*reads;       /* not an offer: dropped, and counted: a flood ends */
 	}
 	return 0;
 }
 
 /*
- * One pass for the connection @local <- @peer (park @park): the inbox,
- * each offer of another park parked at once, then @park, each offer read
- * once.  1 with the offer in @out; the others of @park are kept in @keep
- * (*@nkeep), to be parked after the pass; 0 once both are empty, or when
- * @reads reaches DRAIN_MAX.
+ * Read @q for the connection @local <- @peer: 1 with its offer in @out.
+ * An offer of another park than @park is parked at once (*@parked set);
+ * the others are kept in @keep (*@nkeep), to be parked after the pass, and
+ * *@unseen counts those whose client is not connected yet (any park's).
+ */
+static int shared_read_queue(struct inbox *ib, int q, int park, const struct ep *local,
+                             const struct ep *peer, struct pending *out, struct pending *keep,
+                             int *nkeep, int *reads, int *parked, int *unseen)
+{
+	while (shared_read(q, &keep[*nkeep], reads)) {
+		struct pending *p = &keep[*nkeep];
+		int its = pending_park(p);
+
+		if (pending_matches(p, local, peer)) {
+			*out = *p;
+			return 1;
+		}
+		if (its != park && its != PARK_UNSEEN) {
+			shared_park(ib, p);
+			*parked = 1;
+			continue;
+		}
+		*unseen += its == PARK_UNSEEN;
+		++*nkeep;               /* read again below otherwise */
+	}
+	return 0;
+}
+
+/*
+ * One pass for the connection @local <- @peer (park @park): the inbox and
+ * the park of offers not connected when read, while we may hold offers of
+ * any park; then @park, each offer read once.  1 with the offer in @out;
+ * what is kept (shared_read_queue) is parked after the pass; 0 once the
+ * queues are empty, or when @reads reaches DRAIN_MAX.
  */
 static int shared_pass(struct inbox *ib, int slot, int park, const struct ep *local,
                        const struct ep *peer, struct pending *out, struct pending *keep,
                        int *nkeep, int *reads)
 {
-	int parked = 0, found = 0;
+	int parked = 0, unseen = 0;
+	int found = shared_read_queue(ib, ib->sock, park, local, peer, out, keep, nkeep, reads,
+	                              &parked, &unseen) ||
+	            shared_read_queue(ib, ib->park[PARK_UNSEEN][0], park, local, peer, out, keep,
+	                              nkeep, reads, &parked, &unseen);
 
-	while (!found && shared_read(ib->sock, &keep[*nkeep], reads)) {
-		struct pending *p = &keep[*nkeep];
-		if (pending_matches(p, local, peer)) {
-			*out = *p;
-			found = 1;
-		} else if (p->ends_known && park_of(&p->client) != park) {
-			shared_park(ib, p);
-			parked = 1;
-		} else {
-			++*nkeep;       /* read again below otherwise */
-		}
-	}
+	if (!found && !unseen)
+		shared_hold_park(ib, slot, park);   /* we hold offers of @park only now */
+	if (!found)
+		found = shared_read_queue(ib, ib->park[park][0], park, local, peer, out, keep,
+		                          nkeep, reads, &parked, &unseen);
 	if (parked)
 		registry_offer_count(registry_fd);
-	shared_hold_park(ib, slot, park);
-	while (!found && shared_read(ib->park[park][0], &keep[*nkeep], reads)) {
-		if (pending_matches(&keep[*nkeep], local, peer)) {
-			*out = keep[*nkeep];
-			found = 1;
-		} else {
-			++*nkeep;
-		}
-	}
 	return found;
 }
 

@@ -107,8 +107,9 @@ static int uring_scan(void)
 		int fd = atoi(de->d_name);
 		ssize_t n;
 		/* our own, in the hidden range (a shared inbox's parks alone are
-		 * 32): not the program's ring, and no readlink each */
-		if (fd_is_hidden(fd) && fd_next_ours((unsigned)fd, (unsigned)fd) == fd)
+		 * 34): not the program's ring; an fstat is cheaper than a readlink
+		 * of /proc, and a stale mark of ours does not hide the program's */
+		if (fd_is_hidden(fd) && fd_is_ours(fd))
 			continue;
 		n = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
 		if (n <= 0)
