@@ -377,6 +377,12 @@ static void scan_one(int fd, void *arg)
 		}
 		return;
 	}
+	/* not a vfork child: its moves would be its parent's, whose
+	 * descriptors still name the doorbell */
+	if (!x->vfork_child && hs_hand_on_tcp(c) == 0) {
+		DBG("exec: fd %d goes on over TCP (handed-on)", fd);
+		return;         /* the descriptor is the TCP socket now */
+	}
 	if (!in(x->reset, x->n_reset, c)) {
 		count_reset();
 		if (x->n_reset < HANDOVER_MAX)

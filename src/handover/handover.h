@@ -13,10 +13,13 @@
  *    connection, keyed by the doorbell socket's inode, travels in the
  *    environment (SMCLO_HANDOVER); the new program takes them over at load
  *    and goes on, accelerated, with no byte lost;
- *  - otherwise every descriptor of it the new program would get is replaced
- *    by a fresh, unconnected TCP socket (reads fail with ENOTCONN, writes
- *    with EPIPE: a reset, never a silent end of file), and the reset is
- *    counted (`exec-no-smclo`).
+ *  - otherwise, when the ring holds nothing of the peer's unread, the
+ *    connection goes on over TCP and the new program gets the TCP socket
+ *    (hs_hand_on_tcp: a move, counted `handed-on`);
+ *  - failing that, every descriptor of it the new program would get is
+ *    replaced by a fresh, unconnected TCP socket (reads fail with ENOTCONN,
+ *    writes with EPIPE: a reset, never a silent end of file), and the
+ *    reset is counted (`exec-no-smclo`).
  * The inode, not the descriptor number, names the connection: a vfork or
  * posix_spawn child moves descriptors (dup2 onto 0 and 1) where this
  * process's table cannot see.

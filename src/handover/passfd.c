@@ -17,10 +17,13 @@
  * A receiver without smclo would read the doorbells as end of file (and
  * find descriptors it never asked for): the sender looks at the processes
  * holding the other end of its socket first (sock_diag names the peer
- * socket, /proc who holds it, their maps whether this library is loaded)
- * and passes such a process a reset socket instead, counted as
- * exec-no-smclo; the connection then ends in a reset for its peer, not an
- * end of file.  The sender's own descriptor is never touched.
+ * socket, /proc who holds it, their maps whether this library is loaded).
+ * Such a process, or one of a user we do not share state with, gets the
+ * TCP socket itself when the ring holds nothing only smclo could read: the
+ * connection goes on over TCP (moved, handed-on), the sender's descriptor
+ * too.  Otherwise it gets a reset socket, counted as exec-no-smclo (or
+ * the refusal's reason); the connection then ends in a reset for its
+ * peer, not an end of file, and the sender's descriptor is not touched.
  */
 #include "passfd.h"
 #include "fdtab.h"
@@ -404,6 +407,10 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 			n_made++;
 			continue;
 		}
+		/* nothing in the ring only smclo could read: the TCP socket
+		 * itself goes, in this process too (the number names it now) */
+		if (hs_hand_on_tcp(c) == 0)
+			continue;
 		/* a reset socket in its place: never a doorbell to misread */
 		int s = sys_socket(AF_INET, SOCK_STREAM, 0);
 		if (s >= 0) {

@@ -151,6 +151,16 @@ int hs_move_fds_from(int lowest);
 /* Move @c to TCP now, for @reason (urgent data: TCP's own), and follow;
  * -1 if it cannot move (no TCP beneath). */
 int hs_move_now(struct conn *c, int reason);
+/*
+ * @c goes to a program that cannot take it over (an exec, SCM_RIGHTS): if
+ * the ring holds nothing that program could not read from the TCP socket
+ * (no byte unread, no end the peer published only there), move it and make
+ * this process's descriptors of it the TCP socket: 0, the whole stream is
+ * TCP's from here.  -1 otherwise: unmoved if the ring held something
+ * already, moved if the peer's last bytes came just before the seal (the
+ * caller resets the descriptor it hands on either way).
+ */
+int hs_hand_on_tcp(struct conn *c);
 int hs_sandboxed(void);
 /* A connection of a sandboxed process, left on TCP: counted (R_SANDBOX). */
 void hs_sandboxed_tcp(void);

@@ -131,6 +131,27 @@ int hs_move_now(struct conn *c, int reason)
 	return 0;
 }
 
+/* Would a reader of the TCP socket alone miss anything the ring holds? */
+static int moved_strands(struct conn *c)
+{
+	return rx_has_unread(c) ||
+	       (atomic_load_explicit(&c->rx->flags, memory_order_acquire) &
+	        (RING_F_SHUTDOWN | RING_F_CLOSED | RING_F_ABORT));
+}
+
+int hs_hand_on_tcp(struct conn *c)
+{
+	if (c->mode != MODE_SHM || atomic_load(&c->pending) != PENDING_NONE || moved_strands(c))
+		return -1;
+	if (!move_seen(c) && move_start(c, R_HANDED_ON) < 0)
+		return -1;
+	/* sealed: the ring takes nothing more, so this look is final */
+	if (moved_strands(c))
+		return -1;
+	hs_moved_follow(c);
+	return 0;
+}
+
 struct above {
 	int lowest, stuck;
 };

@@ -138,8 +138,16 @@ void hs_release_for_exec(int fd, int leave)
 		struct conn *c = fd_unbind_conn(fd);
 
 		if (c && c->fd_count == 0 && c->mode == MODE_SHM &&
-		    atomic_fetch_sub(&c->sh->holders, 1) == 1)
+		    atomic_fetch_sub(&c->sh->holders, 1) == 1) {
 			close_publish(c, 1);
+			/* moved (its last bytes came just before the seal,
+			 * hs_hand_on_tcp): the peer reads TCP now, whose close
+			 * at the exec must reset, as the ring's does */
+			if (move_seen(c) && c->tcp_fd >= 0)
+				sys_setsockopt(c->tcp_fd, SOL_SOCKET, SO_LINGER,
+				               &(struct linger){ .l_onoff = 1, .l_linger = 0 },
+				               sizeof(struct linger));
+		}
 		if (c)
 			conn_put(c);
 	}

@@ -35,6 +35,7 @@ static const struct {
 	[R_URGENT]          = { "urgent-data", "urgent data sent (MSG_OOB): on TCP" },
 	[R_KERNEL_TLS]      = { "kernel-tls", "kernel TLS (TCP_ULP) set: on TCP, where the kernel encrypts" },
 	[R_OFFER_MISSED]    = { "offer-missed", "the server accepted without finding the offer: on TCP" },
+	[R_HANDED_ON]       = { "handed-on", "handed to a program without smclo, nothing unread: on TCP" },
 };
 
 const char *reason_id(int r)

@@ -46,6 +46,8 @@ enum smclo_reason {
 	R_OFFER_MISSED,        /* the server answered over TCP while our offer was open: it
 	                          accepted without finding it (a shared inbox's other reader
 	                          held it out too long: handshake/inbox.c) */
+	R_HANDED_ON,           /* handed to a program that cannot load smclo (exec, SCM_RIGHTS)
+	                          with nothing left unread in the ring: went on over TCP */
 	R_COUNT
 };
 

@@ -13,11 +13,17 @@
  * glibc reaches the kernel from most of these through an internal execve
  * that a preload library cannot see, so each is its own case in
  * tests/py/test_exec.py.  PROGRAM (default /bin/cat) is what runs.
+ *
+ * With EXEC_SERVER_WAIT_DATA set in its environment it starts PROGRAM only
+ * once the client's first bytes are there to read: a program that cannot
+ * load smclo then finds them in the ring, out of its reach (a reset),
+ * rather than on TCP after the connection went on there (handed-on).
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -143,6 +149,10 @@ int main(int argc, char **argv)
 
 		if (c < 0)
 			continue;
+		if (getenv("EXEC_SERVER_WAIT_DATA")) {
+			struct pollfd p = { .fd = c, .events = POLLIN };
+			poll(&p, 1, 10000);
+		}
 		if (!strncmp(how, "posix_spawn", 11)) {
 			spawn_cat(how, c);
 			close(c);

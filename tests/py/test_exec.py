@@ -61,17 +61,19 @@ for _ in range(int(sys.argv[2])):
 
 
 def test_program_without_smclo_gets_a_reset(reg, procs):
-    """execle with an environment that drops LD_PRELOAD: cat cannot take
-    the connection over, so it gets a reset socket; the client hears a
-    reset, and `smclo stats` names the reason."""
+    """execle with an environment that drops LD_PRELOAD, the client's bytes
+    in the ring: cat cannot take the connection over, nor read them, so it
+    gets a reset socket; the client hears a reset, and `smclo stats` names
+    the reason."""
     assert_reset_and_counted(reg, procs, ["execle-bare"])
 
 
 def assert_reset_and_counted(reg, procs, how):
-    """5 connections to exec_server started the @how way: each client hears
-    a reset (never a silent end), and smclo counts exec-no-smclo for each."""
+    """5 connections to exec_server started the @how way, once the client's
+    bytes are in the ring: each client hears a reset (never a silent end),
+    and smclo counts exec-no-smclo for each."""
     port = free_port()
-    srv = procs.start([SERVER, str(port)] + how, reg.env)
+    srv = procs.start([SERVER, str(port)] + how, dict(reg.env, EXEC_SERVER_WAIT_DATA="1"))
     wait_port(port, proc=srv)
     r = reg.run([PY, "-c", CLIENT, str(port), "5"], timeout=120)
     assert r.returncode == 0, r.stderr
@@ -122,7 +124,11 @@ def test_linked_handler_needs_no_preload(reg, procs, handler, outcome):
     (DT_NEEDED) loads smclo anyway and takes the connection over - it got a
     reset before, as if it had no smclo - and one that is not gets a reset."""
     port = free_port()
-    srv = procs.start([SERVER, str(port), "execle-bare", str(TESTBIN / handler)], reg.env)
+    # the request in the ring when the handler starts: one without smclo
+    # cannot have it (without, it could find the ring empty and go on over
+    # TCP: test_program_without_smclo_goes_on_over_tcp)
+    srv = procs.start([SERVER, str(port), "execle-bare", str(TESTBIN / handler)],
+                      dict(reg.env, EXEC_SERVER_WAIT_DATA="1"))
     wait_port(port, proc=srv)
     for _ in range(3):
         r = reg.run([PY, "-c", STDIO_CLIENT, str(port)], timeout=60)
@@ -156,3 +162,55 @@ def test_go_handler_gets_a_reset(reg, procs, tmp_path):
     reset, as a program without smclo does, and the reason is counted."""
     prog = go_build(str(tmp_path), "goecho", GO_ECHO)
     assert_reset_and_counted(reg, procs, ["execl", prog])
+
+
+# The server speaks first (a banner, as SMTP, FTP and SSH do), then echoes:
+# at the exec nothing of the client's is in the ring yet.
+BANNER_CLIENT = r"""
+import os, socket, sys
+port = int(sys.argv[1])
+for _ in range(int(sys.argv[2])):
+    c = socket.create_connection(("127.0.0.1", port)); c.settimeout(10)
+    data = os.urandom(200000)
+    got = b""
+    try:
+        while not got.endswith(b"\n"):
+            d = c.recv(100)
+            if not d:
+                break
+            got += d
+        assert got == b"hello\n", got
+        c.sendall(data); c.shutdown(socket.SHUT_WR)
+        got = b""
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            got += d
+        print("match" if got == data else "short %d" % len(got))
+    except (ConnectionResetError, BrokenPipeError) as e:
+        print("reset")
+    c.close()
+"""
+
+
+def test_program_without_smclo_goes_on_over_tcp(reg, procs, tmp_path):
+    """A handler that cannot load smclo (execle without LD_PRELOAD: a shell
+    script that greets, then cat) gets the connection while the ring holds
+    nothing unread: it goes on over its TCP socket, byte exact, instead of
+    a reset - counted as moved (handed-on), not as a fallback.  The
+    client, accelerated until then, follows the move."""
+    greeter = tmp_path / "greeter"
+    greeter.write_text("#!/bin/sh\nprintf 'hello\\n'\nexec cat\n")
+    greeter.chmod(0o755)
+    port = free_port()
+    srv = procs.start([SERVER, str(port), "execle-bare", str(greeter)], reg.env)
+    wait_port(port, proc=srv)
+    r = reg.run([PY, "-c", BANNER_CLIENT, str(port), "5"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["match"] * 5, r.stdout
+    st = reg.stats()
+    assert st["accelerated_client"] == 5, st
+    assert st["fallback_by_reason"]["exec-no-smclo"] == 0, st
+    assert st["moved_by_reason"]["handed-on"] == 5, st
+    assert st["moved_by_reason"]["peer-moved"] == 5, st

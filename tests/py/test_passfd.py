@@ -23,8 +23,9 @@ from conftest import PY, SMCLO, free_port, wait_port
 # dispatcher holds its copy for the rest of its life, so the echo cannot
 # end on EOF: each round is a fixed size, read back exactly.
 DISPATCHER = r"""
-import os, socket, sys, subprocess
+import os, select, socket, sys, subprocess
 port, keep, worker = int(sys.argv[1]), sys.argv[2] == "keep", sys.argv[3]
+wait = os.environ.get("DISPATCH_AFTER_DATA")  # pass it once the client's bytes are there
 a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 if worker == "forked":
     if os.fork() == 0:
@@ -47,6 +48,8 @@ print("ready", flush=True)
 held = []
 while True:
     c, _ = l.accept()
+    if wait:
+        select.select([c], [], [], 10)
     socket.send_fds(a, [b"c"], [c.fileno()])
     if keep:
         held.append(c)
@@ -65,6 +68,8 @@ while True:
     c = socket.socket(fileno=fds[0])
     if os.fork() == 0:
         try:
+            if os.environ.get("WORKER_GREETS"):
+                c.sendall(b"hello\n")
             while True:
                 d = c.recv(65536)
                 if not d:
@@ -116,13 +121,61 @@ def test_receiver_that_cannot_take_it_gets_a_reset(reg, procs, worker, reason):
     """A worker without smclo, or of another user (nobody; it runs smclo
     too, but a parcel's state chunk would give it the cursors and locks of
     up to 256 other connections of the dispatcher's: docs/security.md),
-    gets a reset socket, counted under the reason; until connections can go
-    back to TCP losslessly, that is the price."""
+    gets a reset socket, counted under the reason, when the client's bytes
+    are in the ring already (it could not read them there)."""
     port = free_port()
-    srv = procs.start([PY, "-c", DISPATCHER, str(port), "close", worker, WORKER], reg.env)
+    srv = procs.start([PY, "-c", DISPATCHER, str(port), "close", worker, WORKER],
+                      dict(reg.env, DISPATCH_AFTER_DATA="1"))
     wait_port(port, proc=srv)
     r = reg.run([PY, "-c", CLIENT, str(port), "5"], timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["reset"] * 5, r.stdout
     st = reg.stats()
     assert st["fallback_by_reason"][reason] == 5, st
+
+
+GREETED_CLIENT = r"""
+import os, socket, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+for i in range(n):
+    c = socket.create_connection(("127.0.0.1", port)); c.settimeout(10)
+    data = os.urandom([1, 100, 4096, 70000, 300000][i % 5])
+    got = b""
+    while not got.endswith(b"\n"):
+        d = c.recv(100)
+        if not d:
+            break
+        got += d
+    if got != b"hello\n":
+        print("no greeting %r" % got)
+        continue
+    c.sendall(data)
+    got = b""
+    while len(got) < len(data):
+        d = c.recv(len(data) - len(got))
+        if not d:
+            break
+        got += d
+    print("match" if got == data else "short")
+    c.close()
+"""
+
+
+@pytest.mark.parametrize("worker", ["plain", "nobody"])
+def test_receiver_that_cannot_take_it_gets_the_tcp_socket(reg, procs, worker):
+    """The same workers, greeting first: when the connection is passed the
+    ring holds nothing of the client's, so the worker gets the TCP socket
+    itself and the connection goes on over TCP, byte exact - counted as
+    moved (handed-on), not as a fallback."""
+    port = free_port()
+    srv = procs.start([PY, "-c", DISPATCHER, str(port), "close", worker, WORKER],
+                      dict(reg.env, WORKER_GREETS="1"))
+    wait_port(port, proc=srv)
+    r = reg.run([PY, "-c", GREETED_CLIENT, str(port), "5"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["match"] * 5, r.stdout
+    st = reg.stats()
+    assert st["accelerated_client"] == 5, st
+    assert sum(st["fallback_by_reason"].values()) == 0, st
+    assert st["moved_by_reason"]["handed-on"] == 5, st
+    assert st["moved_by_reason"]["peer-moved"] == 5, st
