@@ -37,6 +37,11 @@
 #define SH_ABORT_AT_CLOSE 32u /* passed to a program that could not take it (passfd.c):
                                  the peer hears a reset when it ends, not an EOF */
 #define SH_LINGER_ABORT 128u  /* SO_LINGER {1, 0}: closing is an abort (a reset) */
+#define SH_RESEND    256u   /* we asked the peer to send again over TCP what we had not
+                               read of its stream: the ring holds nothing more for us */
+#define SH_RESENT    512u   /* we sent again what the peer asked for (move.c) */
+#define SH_RESEND_FAILED 1024u /* ...and could not: a hole in the stream, reset */
+#define SH_RESENDING 2048u  /* ...and have begun: resend_next says how far */
 
 struct conn_shared {
 	pthread_mutex_t tx_lock;        /* robust, process-shared */
@@ -53,6 +58,7 @@ struct conn_shared {
 	uint64_t ref_prod;              /* pool references we sent (ring_hdr.ref) */
 	uint64_t ref_end;               /* just past the placeholder of the last one */
 	uint64_t ref_cons;              /* the peer's references we consumed */
+	uint64_t resend_next;           /* the next of our bytes to send again (move.c) */
 	uint32_t ref_skip;              /* bytes taken of the one at our cursor */
 	_Atomic uint32_t at_seq;        /* odd while cons, ref_cons, ref_skip change
 	                                   (rx.c: counted without the lock) */

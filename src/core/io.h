@@ -284,6 +284,9 @@ static inline uint64_t rx_prod_now(const struct conn *c)
 	uint64_t p = atomic_load_explicit(&c->rx->prod, memory_order_seq_cst);
 	uint64_t cons = __atomic_load_n(&c->sh->cons, __ATOMIC_RELAXED);
 
+	/* asked to be sent again over TCP (move.c): nothing more here */
+	if (atomic_load_explicit(&c->sh->flags, memory_order_acquire) & SH_RESEND)
+		return cons;
 	return ring_prod_sealed(p, cons, c->rx_size) ? p - RING_PROD_MOVED : p;
 }
 
@@ -353,6 +356,18 @@ int rx_peer_prod(struct conn *c, uint64_t *prod);
  */
 int move_possible(const struct conn *c);
 int move_start(struct conn *c, int reason);
+/*
+ * A hand-on ("sent again", move.c).  move_ask_resend: before sealing, with
+ * our consumer cursor final (rx_lock held), ask the peer for what we have
+ * not read of its stream over TCP; 0, or -1 if it cannot (pool references
+ * among those bytes).  move_resent: 1 once the peer has sent it all, -1 if
+ * it never will (it closed), 0 while it may.  move_resend: the peer's
+ * side, tx_lock held: send it, before any byte of ours over TCP; 0 when
+ * done or not asked, -1 if it could not be (the caller's stream is reset).
+ */
+int move_ask_resend(struct conn *c);
+int move_resent(struct conn *c);
+int move_resend(struct conn *c);
 void move_hang_up(int bell_fd);
 int move_seen(struct conn *c);
 /* The same question without sealing anything, for const callers: a moved

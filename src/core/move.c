@@ -18,6 +18,16 @@
  * other.  A reader takes what the ring holds up to the sealed cursor and
  * then reads TCP, which carries only bytes written after the seal.
  *
+ * Sent again: a program that reads the TCP socket alone (a process that
+ * cannot load smclo, which the connection is handed to: handshake/moved.c)
+ * would miss what the ring still holds of the peer's stream.  Before
+ * sealing, the side handing it on freezes its consumer cursor and asks the
+ * peer (ring_hdr.resend); the peer, when it follows the move, sends those
+ * bytes again over TCP from its own ring - before any byte of its own
+ * after the seal, and before the FIN of a shutdown it published in the
+ * ring - and says so (ring_hdr.resent).  The asker waits for that, bounded,
+ * and resets what it hands on if it does not come.
+ *
  * The shutdown of the doorbell socket (move_hang_up) wakes every waiter on
  * both sides - readers, writers, epoll and poll - with a hang-up that
  * bell_hangup_flags() no longer takes for the peer's end.  It is made by
@@ -31,7 +41,10 @@
 #include "sys.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sys/socket.h>
+
+#define MOVE_RESEND_MS 1000     /* a peer that asked and then neither reads nor resets */
 
 /* Seal the producer cursor at @word; @cons: the consumer's cursor, so a
  * cursor already sealed is seen as such.  Bounded: a writer that publishes
@@ -46,6 +59,12 @@ static void move_seal_prod(_Atomic uint64_t *word, uint64_t cons, uint32_t size)
 		if (atomic_compare_exchange_strong(word, &raw, raw + RING_PROD_MOVED))
 			return;
 	}
+}
+
+/* Did the peer ask us to send again what it had not read? */
+static int move_asked(const struct conn *c)
+{
+	return (atomic_load_explicit(&c->rx->resend, memory_order_acquire) & RING_RESEND_SET) != 0;
 }
 
 /* Seal both rings; the first to do it on our side counts the move (@reason). */
@@ -63,8 +82,8 @@ static void move_seal(struct conn *c, int reason)
 		/* a shutdown we published in the ring only: TCP says it too, so
 		 * the peer's readiness on the TCP socket shows the end; and one
 		 * of reading, so that a read of the empty socket ends, not waits */
-		if ((was & SH_SHUT_WR) && c->tcp_fd >= 0)
-			sys_shutdown(c->tcp_fd, SHUT_WR);
+		if ((was & SH_SHUT_WR) && c->tcp_fd >= 0 && !move_asked(c))
+			sys_shutdown(c->tcp_fd, SHUT_WR);   /* else after sending again */
 		if ((was & SH_SHUT_RD) && c->tcp_fd >= 0)
 			sys_shutdown(c->tcp_fd, SHUT_RD);
 	}
@@ -115,4 +134,102 @@ void move_hang_up(int bell_fd)
 	for (int i = 0; i < 256 && sys_recv(bell_fd, &b, 0, MSG_DONTWAIT) == 0; i++)
 		;
 	sys_shutdown(bell_fd, SHUT_RDWR);
+}
+
+/* ---- sent again --------------------------------------------------------- */
+
+int move_ask_resend(struct conn *c)
+{
+	struct conn_shared *sh = c->sh;
+
+	/* a reference stands in the ring for bytes of the peer's pool: only
+	 * the ring's own bytes can be sent again */
+	if (atomic_load_explicit(&c->rx->ref_prod, memory_order_acquire) != sh->ref_cons ||
+	    sh->ref_skip)
+		return -1;
+	atomic_fetch_or(&sh->flags, SH_RESEND);
+	atomic_store_explicit(&c->tx->resend, sh->cons | RING_RESEND_SET, memory_order_seq_cst);
+	return 0;
+}
+
+int move_resent(struct conn *c)
+{
+	if (atomic_load_explicit(&c->rx->resent, memory_order_acquire) == RESENT_DONE)
+		return 1;
+	/* closed before it followed: its TCP socket went with a reset */
+	if (atomic_load_explicit(&c->rx->flags, memory_order_acquire) & (RING_F_CLOSED | RING_F_ABORT))
+		return -1;
+	return 0;
+}
+
+/* Is a reference of ours placed in [@from, @to)?  (Its bytes are not in the ring.) */
+static int move_refs_between(struct conn *c, uint64_t from, uint64_t to)
+{
+	uint64_t n = c->sh->ref_prod < RING_REFS ? c->sh->ref_prod : RING_REFS;
+
+	for (uint64_t i = c->sh->ref_prod - n; i < c->sh->ref_prod; i++)
+		if (atomic_load_explicit(&c->tx->ref[i % RING_REFS].pos, memory_order_relaxed) - from <
+		    to - from)
+			return 1;
+	return 0;
+}
+
+/* Send [resend_next, @to) of our ring over TCP, waiting until @deadline. */
+static int move_send_again(struct conn *c, uint64_t to, long deadline)
+{
+	struct conn_shared *sh = c->sh;
+
+	while (sh->resend_next != to) {
+		struct iovec iov[2];
+		struct msghdr m = { .msg_iov = iov, .msg_iovlen = 2 };
+		struct pollfd p = { .fd = c->tcp_fd, .events = POLLOUT };
+		long left = deadline - mono_now_ms();
+		ssize_t k;
+
+		ring_pieces(ring_data(c->tx), c->tx_size, sh->resend_next,
+		            (uint32_t)(to - sh->resend_next), iov);
+		k = sys_sendmsg(c->tcp_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k > 0)
+			sh->resend_next += (uint64_t)k;
+		else if (k < 0 && errno == EAGAIN && left > 0)
+			sys_poll(&p, 1, (int)left);
+		else if (k < 0 && errno != EINTR)
+			return -1;      /* the asker gave up (reset), or its wait is over */
+	}
+	return 0;
+}
+
+int move_resend(struct conn *c)
+{
+	struct conn_shared *sh = c->sh;
+	uint64_t ask = atomic_load_explicit(&c->rx->resend, memory_order_acquire);
+	uint32_t f = atomic_load(&sh->flags);
+
+	if (!(ask & RING_RESEND_SET) || !(f & SH_MOVED) || (f & SH_RESENT))
+		return 0;
+	if (f & SH_RESEND_FAILED)
+		return -1;
+	ask &= ~RING_RESEND_SET;
+	if (!(f & SH_RESENDING)) {
+		/* the peer's word: within what we published, and bytes of the
+		 * ring only */
+		if (sh->prod - ask > c->tx_size || c->tcp_fd < 0 ||
+		    move_refs_between(c, ask, sh->prod)) {
+			atomic_fetch_or(&sh->flags, SH_RESEND_FAILED);
+			return -1;
+		}
+		sh->resend_next = ask;
+		atomic_fetch_or(&sh->flags, SH_RESENDING);
+	}
+	if (move_send_again(c, sh->prod, mono_now_ms() + MOVE_RESEND_MS) < 0) {
+		atomic_fetch_or(&sh->flags, SH_RESEND_FAILED);
+		return -1;
+	}
+	atomic_fetch_or(&sh->flags, SH_RESENT);
+	atomic_store_explicit(&c->tx->resent, RESENT_DONE, memory_order_release);
+	sys_futex_wake(&c->tx->resent);        /* the asker waits on the word */
+	/* a shutdown published in the ring before the move: its FIN after them */
+	if (f & SH_SHUT_WR)
+		sys_shutdown(c->tcp_fd, SHUT_WR);
+	return 0;
 }

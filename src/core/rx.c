@@ -26,6 +26,10 @@ int rx_peer_prod(struct conn *c, uint64_t *prod)
 	struct conn_shared *sh = c->sh;
 	uint64_t p = atomic_load_explicit(&c->rx->prod, memory_order_seq_cst);
 
+	if (atomic_load_explicit(&sh->flags, memory_order_acquire) & SH_RESEND) {
+		*prod = sh->cons;       /* the rest comes again over TCP (move.c) */
+		return 0;
+	}
 	if (ring_prod_sealed(p, sh->cons, c->rx_size))
 		p -= RING_PROD_MOVED;   /* the stream goes on over TCP after it (move.c) */
 	if (!ring_prod_valid(sh->cons, sh->peer_prod_seen, p, c->rx_size)) {

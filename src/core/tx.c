@@ -136,6 +136,12 @@ static uint32_t tx_publish_failed(struct conn *c, uint64_t raw, uint32_t n, int 
 		close_mark_broken(c);
 		return 0;
 	}
+	/* what the peer asked to have again goes first (move.c) */
+	move_seen(c);
+	if (move_resend(c) < 0) {
+		close_mark_broken(c);
+		return 0;
+	}
 	ring_pieces(ring_data(c->tx), c->tx_size, sh->prod, n, iov);
 	while (sent < n) {
 		struct pollfd p = { .fd = c->tcp_fd, .events = POLLOUT };

@@ -13,8 +13,8 @@
  *    connection, keyed by the doorbell socket's inode, travels in the
  *    environment (SMCLO_HANDOVER); the new program takes them over at load
  *    and goes on, accelerated, with no byte lost;
- *  - otherwise, when the ring holds nothing of the peer's unread, the
- *    connection goes on over TCP and the new program gets the TCP socket
+ *  - otherwise the connection goes on over TCP and the new program gets
+ *    the TCP socket, what the ring held unread sent again by the peer
  *    (hs_hand_on_tcp: a move, counted `handed-on`);
  *  - failing that, every descriptor of it the new program would get is
  *    replaced by a fresh, unconnected TCP socket (reads fail with ENOTCONN,

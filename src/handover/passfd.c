@@ -19,11 +19,11 @@
  * holding the other end of its socket first (sock_diag names the peer
  * socket, /proc who holds it, their maps whether this library is loaded).
  * Such a process, or one of a user we do not share state with, gets the
- * TCP socket itself when the ring holds nothing only smclo could read: the
- * connection goes on over TCP (moved, handed-on), the sender's descriptor
- * too.  Otherwise it gets a reset socket, counted as exec-no-smclo (or
- * the refusal's reason); the connection then ends in a reset for its
- * peer, not an end of file, and the sender's descriptor is not touched.
+ * TCP socket itself: the connection goes on over TCP (moved, handed-on),
+ * the sender's descriptor too, what the ring held unread sent again by the
+ * peer (hs_hand_on_tcp).  If that cannot be, it gets a reset socket,
+ * counted as exec-no-smclo (or the refusal's reason); the connection then
+ * ends in a reset for its peer, not an end of file.
  */
 #include "passfd.h"
 #include "fdtab.h"
@@ -407,9 +407,9 @@ ssize_t passfd_sendmsg(int sock, const struct msghdr *m, int flags,
 			n_made++;
 			continue;
 		}
-		/* nothing in the ring only smclo could read: the TCP socket
-		 * itself goes, in this process too (the number names it now) */
-		if (hs_hand_on_tcp(c) == 0)
+		/* the TCP socket itself goes, what the ring held sent again
+		 * by the peer; in this process too (the number names it now) */
+		if (hs_hand_on_tcp(*where[i], c) == 0)
 			continue;
 		/* a reset socket in its place: never a doorbell to misread */
 		int s = sys_socket(AF_INET, SOCK_STREAM, 0);

@@ -152,15 +152,16 @@ int hs_move_fds_from(int lowest);
  * -1 if it cannot move (no TCP beneath). */
 int hs_move_now(struct conn *c, int reason);
 /*
- * @c goes to a program that cannot take it over (an exec, SCM_RIGHTS): if
- * the ring holds nothing that program could not read from the TCP socket
- * (no byte unread, no end the peer published only there), move it and make
- * this process's descriptors of it the TCP socket: 0, the whole stream is
- * TCP's from here.  -1 otherwise: unmoved if the ring held something
- * already, moved if the peer's last bytes came just before the seal (the
- * caller resets the descriptor it hands on either way).
+ * @c (named @fd here) goes to a program that cannot take it over (an exec,
+ * SCM_RIGHTS): move it, and make this process's descriptors of it the TCP
+ * socket - what the ring still holds of the peer's stream (bytes, a
+ * shutdown) the peer sends again over TCP first, asked and waited for, at
+ * most the handshake timeout (core/move.c, "sent again").  0: the whole
+ * stream is TCP's from here.  -1 if it cannot move, the peer closed, its
+ * bytes include pool references, or it did not send them in time (the
+ * caller resets the descriptor it hands on; moved or not).
  */
-int hs_hand_on_tcp(struct conn *c);
+int hs_hand_on_tcp(int fd, struct conn *c);
 int hs_sandboxed(void);
 /* A connection of a sandboxed process, left on TCP: counted (R_SANDBOX). */
 void hs_sandboxed_tcp(void);

@@ -58,11 +58,29 @@ static void moved_swap(int fd, struct conn *c, void *arg)
 	DBG("fd %d: moved to its TCP socket", fd);
 }
 
+/*
+ * The peer handing the connection on asked for what it had not read of
+ * ours (core/move.c, "sent again"): sent before this process's descriptors
+ * become the TCP socket, after which the program's writes go straight
+ * there.  One that could not be sent leaves a hole: the stream is reset.
+ */
+static void moved_send_again(struct conn *c)
+{
+	int r;
+
+	shared_lock(&c->sh->tx_lock);
+	r = move_resend(c);
+	shared_unlock(&c->sh->tx_lock);
+	if (r < 0)
+		close_mark_broken(c);
+}
+
 int hs_moved_follow(struct conn *c)
 {
 	int unread;
 
 	if (!atomic_load_explicit(&c->moved_here, memory_order_acquire)) {
+		moved_send_again(c);
 		pthread_mutex_lock(&follow_lock);
 		if (!atomic_load(&c->moved_here)) {
 			fd_for_each_conn(moved_swap, c);
@@ -131,22 +149,79 @@ int hs_move_now(struct conn *c, int reason)
 	return 0;
 }
 
+/* An end the peer published in the ring and nothing can send again: it
+ * closed, and its TCP socket went with a reset (release.c). */
+static int moved_peer_closed(struct conn *c)
+{
+	return atomic_load_explicit(&c->rx->flags, memory_order_acquire) & (RING_F_CLOSED | RING_F_ABORT);
+}
+
 /* Would a reader of the TCP socket alone miss anything the ring holds? */
 static int moved_strands(struct conn *c)
 {
-	return rx_has_unread(c) ||
-	       (atomic_load_explicit(&c->rx->flags, memory_order_acquire) &
-	        (RING_F_SHUTDOWN | RING_F_CLOSED | RING_F_ABORT));
+	return rx_has_unread(c) || moved_peer_closed(c) ||
+	       (atomic_load_explicit(&c->rx->flags, memory_order_acquire) & RING_F_SHUTDOWN);
 }
 
-int hs_hand_on_tcp(struct conn *c)
+/*
+ * Seal @c for a hand-on; 1 if the peer was asked to send again what we
+ * had not read (bytes, or a shutdown it published in the ring: its FIN
+ * follows them), 0 if nothing was there to ask for, -1 if it cannot be
+ * asked (pool references among those bytes): unsealed then.
+ */
+static int moved_seal_asking(struct conn *c)
 {
-	if (c->mode != MODE_SHM || atomic_load(&c->pending) != PENDING_NONE || moved_strands(c))
-		return -1;
-	if (!move_seen(c) && move_start(c, R_HANDED_ON) < 0)
-		return -1;
-	/* sealed: the ring takes nothing more, so this look is final */
+	int asked = 0;
+
+	shared_lock(&c->sh->rx_lock);           /* our cursor is final from here */
 	if (moved_strands(c))
+		asked = move_ask_resend(c) == 0 ? 1 : -1;
+	if (asked >= 0)
+		move_start(c, R_HANDED_ON);
+	shared_unlock(&c->sh->rx_lock);
+	return asked;
+}
+
+/*
+ * Wake the peer to the move (the doorbell's hang-up, while @fd still names
+ * it: see moved_swap), then wait for it to send again what it was asked,
+ * at most the handshake timeout.  0 once it has.
+ */
+static int moved_wait_resent(int fd, struct conn *c)
+{
+	long deadline = mono_now_ms() + cfg.handshake_ms;
+	int r;
+
+	pthread_mutex_lock(&follow_lock);
+	if (!atomic_load(&c->moved_here))
+		move_hang_up(fd);
+	pthread_mutex_unlock(&follow_lock);
+	while ((r = move_resent(c)) == 0 && mono_now_ms() < deadline) {
+		struct timespec ts = { 0, 2000000 };      /* and a look at the peer's end */
+		sys_futex_wait((_Atomic uint32_t *)&c->rx->resent, 0, &ts);
+	}
+	return r == 1 ? 0 : -1;
+}
+
+int hs_hand_on_tcp(int fd, struct conn *c)
+{
+	int asked;
+
+	if (c->mode != MODE_SHM || atomic_load(&c->pending) != PENDING_NONE ||
+	    moved_peer_closed(c) || !move_possible(c))
+		return -1;
+	if (move_seen(c)) {
+		/* moved already: the peer's bytes after the seal went over TCP,
+		 * and nothing can be sent again in front of them */
+		if (moved_strands(c))
+			return -1;
+		hs_moved_follow(c);
+		return 0;
+	}
+	if ((asked = moved_seal_asking(c)) < 0)
+		return -1;
+	/* not asked: the peer's last bytes may have come just before the seal */
+	if (asked ? moved_wait_resent(fd, c) < 0 : moved_strands(c))
 		return -1;
 	hs_moved_follow(c);
 	return 0;

@@ -107,7 +107,16 @@ struct ring_hdr {
 		_Atomic uint32_t off;
 		_Atomic uint32_t len;
 	} ref[RING_REFS];
+	/* a hand-on (core/move.c, "sent again"): RING_RESEND_SET | the owner's
+	 * consumer cursor, from which it reads nothing more of the peer's
+	 * stream in the ring (its next reader reads the TCP socket alone):
+	 * the peer sends it again over TCP; asked before the owner seals */
+	_Alignas(64) _Atomic uint64_t resend;
+	/* RESENT_*: the owner sent again what the peer asked for */
+	_Atomic uint32_t resent;
 };
+#define RING_RESEND_SET (1ull << 63)
+#define RESENT_DONE 1u
 
 _Static_assert(sizeof(struct ring_hdr) <= RING_HDR_SIZE, "ring header too big");
 

@@ -7,8 +7,10 @@ system reach the kernel through an internal execve that a preload library
 cannot see; each is interposed (exec.c, spawn.c).  When the new program
 loads smclo too (LD_PRELOAD is inherited) the connection is handed over
 (handover.c) and goes on accelerated, byte for byte: it used to end in a
-clean EOF after 0 bytes, or ECONNRESET.  When it cannot, the client sees a
-reset, never a silent end of file, and the reason is counted.
+clean EOF after 0 bytes, or ECONNRESET.  When it cannot, the connection
+goes on over TCP, what the ring held sent again by the peer; failing that
+(a peer that does nothing smclo sees meanwhile), the client sees a reset,
+never a silent end of file, and the reason is counted.
 """
 import os
 import random
@@ -60,26 +62,73 @@ for _ in range(int(sys.argv[2])):
 """
 
 
-def test_program_without_smclo_gets_a_reset(reg, procs):
-    """execle with an environment that drops LD_PRELOAD, the client's bytes
-    in the ring: cat cannot take the connection over, nor read them, so it
-    gets a reset socket; the client hears a reset, and `smclo stats` names
-    the reason."""
-    assert_reset_and_counted(reg, procs, ["execle-bare"])
+def test_program_without_smclo_gets_the_bytes_again(reg, procs):
+    """execle with an environment that drops LD_PRELOAD, the client's 100 KB
+    and its shutdown in the ring: cat cannot take the connection over, nor
+    read the ring, so the connection moves to TCP and the client, woken by
+    the move, sends them again over TCP (core/move.c, "sent again") before
+    cat starts: byte exact (it was a reset)."""
+    assert_goes_on_over_tcp(reg, procs, ["execle-bare"])
 
 
-def assert_reset_and_counted(reg, procs, how):
+def assert_goes_on_over_tcp(reg, procs, how):
     """5 connections to exec_server started the @how way, once the client's
-    bytes are in the ring: each client hears a reset (never a silent end),
-    and smclo counts exec-no-smclo for each."""
+    bytes are in the ring: each echoed byte exact over TCP, counted as
+    moved (handed-on at the server, peer-moved at the client), none reset."""
     port = free_port()
     srv = procs.start([SERVER, str(port)] + how, dict(reg.env, EXEC_SERVER_WAIT_DATA="1"))
     wait_port(port, proc=srv)
     r = reg.run([PY, "-c", CLIENT, str(port), "5"], timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["reset"] * 5, r.stdout
+    assert r.stdout.split() == ["match"] * 5, r.stdout
     st = reg.stats()
-    assert st["fallback_by_reason"]["exec-no-smclo"] == 5, st
+    assert st["accelerated_client"] == 5 and sum(st["fallback_by_reason"].values()) == 0, st
+    assert st["moved_by_reason"]["handed-on"] == 5, st
+    assert st["moved_by_reason"]["peer-moved"] == 5, st
+
+
+# Sends, then does nothing smclo sees for two seconds (a process busy
+# elsewhere): nobody sends its bytes again in time.
+IDLE_CLIENT = r"""
+import errno, os, socket, sys, time
+port = int(sys.argv[1])
+for _ in range(int(sys.argv[2])):
+    c = socket.create_connection(("127.0.0.1", port)); c.settimeout(10)
+    data = os.urandom(100000)
+    try:
+        c.sendall(data)
+        time.sleep(2)
+        c.shutdown(socket.SHUT_WR)
+        got = b""
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            got += d
+        print("match" if got == data else "short %d" % len(got))
+    except (ConnectionResetError, BrokenPipeError):
+        print("reset")
+    except OSError as e:       # shutdown() of a connection reset meanwhile
+        print("reset" if e.errno == errno.ENOTCONN else repr(e))
+    c.close()
+"""
+
+
+def test_idle_peer_gets_a_reset(reg, procs):
+    """The same, but the client sits in sleep() when the handler starts:
+    nothing of smclo runs there to send its bytes again, so after the
+    handshake timeout the handler gets a reset socket and the client hears
+    a reset - never a silent end - counted exec-no-smclo."""
+    port = free_port()
+    # the server's wait for the bytes well inside the client's sleep
+    srv = procs.start([SERVER, str(port), "execle-bare"],
+                      dict(reg.env, EXEC_SERVER_WAIT_DATA="1", SMCLO_HANDSHAKE_MS="300"))
+    wait_port(port, proc=srv)
+    r = reg.run([PY, "-c", IDLE_CLIENT, str(port), "3"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["reset"] * 3, r.stdout
+    st = reg.stats()
+    assert st["fallback_by_reason"]["exec-no-smclo"] == 3, st
 
 
 STDIO_CLIENT = r"""
@@ -117,12 +166,13 @@ def test_stdio_service(reg, procs, how):
     assert st["accelerated_client"] == 5 and sum(st["fallback_by_reason"].values()) == 0, st
 
 
-@pytest.mark.parametrize("handler,outcome", [("stdio_upper_linked", "match"),
-                                             ("stdio_upper", "reset")])
+@pytest.mark.parametrize("handler,outcome", [("stdio_upper_linked", "handed over"),
+                                             ("stdio_upper", "moved")])
 def test_linked_handler_needs_no_preload(reg, procs, handler, outcome):
     """The handler starts without LD_PRELOAD: one linked with -lsmclo
     (DT_NEEDED) loads smclo anyway and takes the connection over - it got a
-    reset before, as if it had no smclo - and one that is not gets a reset."""
+    reset before, as if it had no smclo - and one that is not gets the TCP
+    socket, the request sent again there."""
     port = free_port()
     # the request in the ring when the handler starts: one without smclo
     # cannot have it (without, it could find the ring empty and go on over
@@ -132,12 +182,10 @@ def test_linked_handler_needs_no_preload(reg, procs, handler, outcome):
     wait_port(port, proc=srv)
     for _ in range(3):
         r = reg.run([PY, "-c", STDIO_CLIENT, str(port)], timeout=60)
-        assert r.stdout.split() == [outcome], r.stdout + r.stderr
+        assert r.stdout.split() == ["match"], r.stdout + r.stderr
     st = reg.stats()
-    if outcome == "match":
-        assert st["accelerated_client"] == 3 and sum(st["fallback_by_reason"].values()) == 0, st
-    else:
-        assert st["fallback_by_reason"]["exec-no-smclo"] == 3, st
+    assert st["accelerated_client"] == 3 and sum(st["fallback_by_reason"].values()) == 0, st
+    assert st["moved_by_reason"]["handed-on"] == (3 if outcome == "moved" else 0), st
 
 
 GO_ECHO = """package main
@@ -154,14 +202,15 @@ func main() {
 """
 
 
-def test_go_handler_gets_a_reset(reg, procs, tmp_path):
+def test_go_handler_goes_on_over_tcp(reg, procs, tmp_path):
     """A Go handler (dynamically linked through cgo, so the loader runs and
     smclo loads) reads and writes stdin/stdout with raw system calls that
     no preload library sees: taken over, the connection would be read as
-    the doorbell socket underneath - wrong bytes, or a hang.  It gets a
-    reset, as a program without smclo does, and the reason is counted."""
+    the doorbell socket underneath - wrong bytes, or a hang.  It is treated
+    as a program without smclo: the connection goes on over TCP, the
+    client's bytes sent again (it got a reset before)."""
     prog = go_build(str(tmp_path), "goecho", GO_ECHO)
-    assert_reset_and_counted(reg, procs, ["execl", prog])
+    assert_goes_on_over_tcp(reg, procs, ["execl", prog])
 
 
 # The server speaks first (a banner, as SMTP, FTP and SSH do), then echoes:
@@ -214,3 +263,47 @@ def test_program_without_smclo_goes_on_over_tcp(reg, procs, tmp_path):
     assert st["fallback_by_reason"]["exec-no-smclo"] == 0, st
     assert st["moved_by_reason"]["handed-on"] == 5, st
     assert st["moved_by_reason"]["peer-moved"] == 5, st
+
+
+# Streams 8 MB (eight rings' worth) while another thread reads the echo:
+# when the handler starts, the writer is blocked on a full ring or in the
+# middle of a write, and the reader asleep.
+STREAM_CLIENT = r"""
+import os, socket, sys, threading
+port = int(sys.argv[1])
+for _ in range(int(sys.argv[2])):
+    c = socket.create_connection(("127.0.0.1", port)); c.settimeout(20)
+    data = os.urandom(8 << 20)
+    got = []
+    def read():
+        n = 0
+        while n < len(data):
+            d = c.recv(1 << 20)
+            if not d:
+                break
+            got.append(d)
+            n += len(d)
+    t = threading.Thread(target=read); t.start()
+    for i in range(0, len(data), 300000):
+        c.sendall(data[i:i + 300000])
+    t.join()
+    print("match" if b"".join(got) == data else "short %d" % sum(map(len, got)))
+    c.close()
+"""
+
+
+def test_handed_on_under_load(reg, procs):
+    """The client writes without pause and reads the echo in another thread
+    while the connection goes to a program without smclo: its blocked
+    writer and its reader follow the move, its unread bytes are sent again
+    first and the rest of its stream after them, in order."""
+    port = free_port()
+    srv = procs.start([SERVER, str(port), "execle-bare"],
+                      dict(reg.env, EXEC_SERVER_WAIT_DATA="1"))
+    wait_port(port, proc=srv)
+    r = reg.run([PY, "-c", STREAM_CLIENT, str(port), "4"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["match"] * 4, r.stdout
+    st = reg.stats()
+    assert sum(st["fallback_by_reason"].values()) == 0, st
+    assert st["moved_by_reason"]["handed-on"] == 4, st
