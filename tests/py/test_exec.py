@@ -40,15 +40,28 @@ def test_handed_over_and_accelerated(reg, procs, how):
 
 
 # Connects, sends, and reports what the server's side did: echoed it all,
-# reset, or ended the stream early (a silent loss).
+# reset, or ended the stream early (a silent loss).  Optional: a pause
+# after sending in which it does nothing smclo sees (a process busy
+# elsewhere), and a greeting it reads before sending.
 CLIENT = r"""
-import os, socket, sys
-port = int(sys.argv[1])
-for _ in range(int(sys.argv[2])):
+import errno, os, socket, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+pause = float(sys.argv[3]) if len(sys.argv) > 3 else 0
+greeting = sys.argv[4].encode() if len(sys.argv) > 4 else b""
+for _ in range(n):
     c = socket.create_connection(("127.0.0.1", port)); c.settimeout(10)
     data = os.urandom(100000)
     try:
-        c.sendall(data); c.shutdown(socket.SHUT_WR)
+        got = b""
+        while len(got) < len(greeting):
+            d = c.recv(len(greeting) - len(got))
+            if not d:
+                break
+            got += d
+        assert got == greeting, got
+        c.sendall(data)
+        time.sleep(pause)
+        c.shutdown(socket.SHUT_WR)
         got = b""
         while True:
             d = c.recv(65536)
@@ -56,8 +69,10 @@ for _ in range(int(sys.argv[2])):
                 break
             got += d
         print("match" if got == data else "short %d" % len(got))
-    except (ConnectionResetError, BrokenPipeError) as e:
+    except (ConnectionResetError, BrokenPipeError):
         print("reset")
+    except OSError as e:       # shutdown() of a connection reset meanwhile
+        print("reset" if e.errno == errno.ENOTCONN else repr(e))
     c.close()
 """
 
@@ -87,33 +102,6 @@ def assert_goes_on_over_tcp(reg, procs, how):
     assert st["moved_by_reason"]["peer-moved"] == 5, st
 
 
-# Sends, then does nothing smclo sees for two seconds (a process busy
-# elsewhere): nobody sends its bytes again in time.
-IDLE_CLIENT = r"""
-import errno, os, socket, sys, time
-port = int(sys.argv[1])
-for _ in range(int(sys.argv[2])):
-    c = socket.create_connection(("127.0.0.1", port)); c.settimeout(10)
-    data = os.urandom(100000)
-    try:
-        c.sendall(data)
-        time.sleep(2)
-        c.shutdown(socket.SHUT_WR)
-        got = b""
-        while True:
-            d = c.recv(65536)
-            if not d:
-                break
-            got += d
-        print("match" if got == data else "short %d" % len(got))
-    except (ConnectionResetError, BrokenPipeError):
-        print("reset")
-    except OSError as e:       # shutdown() of a connection reset meanwhile
-        print("reset" if e.errno == errno.ENOTCONN else repr(e))
-    c.close()
-"""
-
-
 def test_idle_peer_gets_a_reset(reg, procs):
     """The same, but the client sits in sleep() when the handler starts:
     nothing of smclo runs there to send its bytes again, so after the
@@ -124,7 +112,7 @@ def test_idle_peer_gets_a_reset(reg, procs):
     srv = procs.start([SERVER, str(port), "execle-bare"],
                       dict(reg.env, EXEC_SERVER_WAIT_DATA="1", SMCLO_HANDSHAKE_MS="300"))
     wait_port(port, proc=srv)
-    r = reg.run([PY, "-c", IDLE_CLIENT, str(port), "3"], timeout=120)
+    r = reg.run([PY, "-c", CLIENT, str(port), "3", "2"], timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["reset"] * 3, r.stdout
     st = reg.stats()
@@ -215,34 +203,6 @@ def test_go_handler_goes_on_over_tcp(reg, procs, tmp_path):
 
 # The server speaks first (a banner, as SMTP, FTP and SSH do), then echoes:
 # at the exec nothing of the client's is in the ring yet.
-BANNER_CLIENT = r"""
-import os, socket, sys
-port = int(sys.argv[1])
-for _ in range(int(sys.argv[2])):
-    c = socket.create_connection(("127.0.0.1", port)); c.settimeout(10)
-    data = os.urandom(200000)
-    got = b""
-    try:
-        while not got.endswith(b"\n"):
-            d = c.recv(100)
-            if not d:
-                break
-            got += d
-        assert got == b"hello\n", got
-        c.sendall(data); c.shutdown(socket.SHUT_WR)
-        got = b""
-        while True:
-            d = c.recv(65536)
-            if not d:
-                break
-            got += d
-        print("match" if got == data else "short %d" % len(got))
-    except (ConnectionResetError, BrokenPipeError) as e:
-        print("reset")
-    c.close()
-"""
-
-
 def test_program_without_smclo_goes_on_over_tcp(reg, procs, tmp_path):
     """A handler that cannot load smclo (execle without LD_PRELOAD: a shell
     script that greets, then cat) gets the connection while the ring holds
@@ -255,7 +215,7 @@ def test_program_without_smclo_goes_on_over_tcp(reg, procs, tmp_path):
     port = free_port()
     srv = procs.start([SERVER, str(port), "execle-bare", str(greeter)], reg.env)
     wait_port(port, proc=srv)
-    r = reg.run([PY, "-c", BANNER_CLIENT, str(port), "5"], timeout=120)
+    r = reg.run([PY, "-c", CLIENT, str(port), "5", "0", "hello\n"], timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["match"] * 5, r.stdout
     st = reg.stats()

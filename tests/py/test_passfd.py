@@ -118,66 +118,44 @@ def test_passed_connection_goes_on_accelerated(reg, procs, worker, copy):
     assert sum(st["fallback_by_reason"].values()) == 0, st
 
 
-@pytest.mark.parametrize("worker", ["plain", "nobody"])
-def test_receiver_that_cannot_take_it_gets_the_bytes_again(reg, procs, worker):
-    """A worker without smclo, or of another user (nobody; it runs smclo
-    too, but a parcel's state chunk would give it the cursors and locks of
-    up to 256 other connections of the dispatcher's: docs/security.md),
-    passed the connection once the client's bytes (1 B to 300 KB) are in
-    the ring: it gets the TCP socket, and the client, woken by the move,
-    sends them again there (core/move.c, "sent again"): byte exact, counted
-    as moved (it was a reset)."""
-    port = free_port()
-    srv = procs.start([PY, "-c", DISPATCHER, str(port), "close", worker, WORKER],
-                      dict(reg.env, DISPATCH_AFTER_DATA="1"))
-    wait_port(port, proc=srv)
-    r = reg.run([PY, "-c", CLIENT, str(port), "5"], timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["match"] * 5, r.stdout
-    st = reg.stats()
-    assert sum(st["fallback_by_reason"].values()) == 0, st
-    assert st["moved_by_reason"]["handed-on"] == 5, st
-    assert st["moved_by_reason"]["peer-moved"] == 5, st
-
-
-GREETED_CLIENT = r"""
+# Each connection: 1 B to 300 KB, echoed.  "greeted": the worker's
+# greeting read first; "greeting-late": the dispatcher's greeting, read
+# with the echo.
+HANDED_CLIENT = r"""
 import os, socket, sys
-port, n = int(sys.argv[1]), int(sys.argv[2])
+port, n, how = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+
+def read(c, n):
+    got = b""
+    while len(got) < n:
+        d = c.recv(n - len(got))
+        if not d:
+            break
+        got += d
+    return got
+
 for i in range(n):
     c = socket.create_connection(("127.0.0.1", port)); c.settimeout(10)
     data = os.urandom([1, 100, 4096, 70000, 300000][i % 5])
-    got = b""
-    while not got.endswith(b"\n"):
-        d = c.recv(100)
-        if not d:
-            break
-        got += d
-    if got != b"hello\n":
-        print("no greeting %r" % got)
+    if how == "greeted" and read(c, 6) != b"hello\n":
+        print("no greeting")
         continue
+    want = b"hi\n" + data if how == "greeting-late" else data
     c.sendall(data)
-    got = b""
-    while len(got) < len(data):
-        d = c.recv(len(data) - len(got))
-        if not d:
-            break
-        got += d
-    print("match" if got == data else "short")
+    print("match" if read(c, len(want)) == want else "short")
     c.close()
 """
 
 
-@pytest.mark.parametrize("worker", ["plain", "nobody"])
-def test_receiver_that_cannot_take_it_gets_the_tcp_socket(reg, procs, worker):
-    """The same workers, greeting first: when the connection is passed the
-    ring holds nothing of the client's, so the worker gets the TCP socket
-    itself and the connection goes on over TCP, byte exact - counted as
-    moved (handed-on), not as a fallback."""
+def assert_handed_on(reg, procs, worker, how, **env):
+    """5 connections passed to @worker, the client as @how says: each echoed
+    byte exact over TCP, counted as moved (handed-on at the dispatcher,
+    peer-moved at the client), none fell back."""
     port = free_port()
     srv = procs.start([PY, "-c", DISPATCHER, str(port), "close", worker, WORKER],
-                      dict(reg.env, WORKER_GREETS="1"))
+                      dict(reg.env, **env))
     wait_port(port, proc=srv)
-    r = reg.run([PY, "-c", GREETED_CLIENT, str(port), "5"], timeout=120)
+    r = reg.run([PY, "-c", HANDED_CLIENT, str(port), "5", how], timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["match"] * 5, r.stdout
     st = reg.stats()
@@ -187,23 +165,22 @@ def test_receiver_that_cannot_take_it_gets_the_tcp_socket(reg, procs, worker):
     assert st["moved_by_reason"]["peer-moved"] == 5, st
 
 
-GREETED_LATE_CLIENT = r"""
-import os, socket, sys
-port, n = int(sys.argv[1]), int(sys.argv[2])
-for i in range(n):
-    c = socket.create_connection(("127.0.0.1", port)); c.settimeout(10)
-    data = os.urandom([1, 100, 4096, 70000, 300000][i % 5])
-    c.sendall(data)
-    want = b"hi\n" + data
-    got = b""
-    while len(got) < len(want):
-        d = c.recv(len(want) - len(got))
-        if not d:
-            break
-        got += d
-    print("match" if got == want else "short %d" % len(got))
-    c.close()
-"""
+@pytest.mark.parametrize("worker", ["plain", "nobody"])
+def test_receiver_that_cannot_take_it_gets_the_bytes_again(reg, procs, worker):
+    """A worker without smclo, or of another user (nobody; it runs smclo
+    too, but a parcel's state chunk would give it the cursors and locks of
+    up to 256 other connections of the dispatcher's: docs/security.md),
+    passed the connection once the client's bytes are in the ring: it gets
+    the TCP socket, and the client, woken by the move, sends them again
+    there (core/move.c, "sent again"): byte exact (it was a reset)."""
+    assert_handed_on(reg, procs, worker, "plain", DISPATCH_AFTER_DATA="1")
+
+
+@pytest.mark.parametrize("worker", ["plain", "nobody"])
+def test_receiver_that_cannot_take_it_gets_the_tcp_socket(reg, procs, worker):
+    """The same workers, greeting first: when the connection is passed the
+    ring holds nothing of the client's, and nothing needs sending again."""
+    assert_handed_on(reg, procs, worker, "greeted", WORKER_GREETS="1")
 
 
 def test_passed_with_bytes_both_ways_in_the_rings(reg, procs):
@@ -211,13 +188,5 @@ def test_passed_with_bytes_both_ways_in_the_rings(reg, procs):
     and passes the connection once the client's bytes wait in the other: the
     worker without smclo gets the TCP socket, the client reads the greeting
     from the ring, then the echo of its bytes, sent again over TCP."""
-    port = free_port()
-    srv = procs.start([PY, "-c", DISPATCHER, str(port), "close", "plain", WORKER],
-                      dict(reg.env, DISPATCH_AFTER_DATA="1", DISPATCH_GREETS="1"))
-    wait_port(port, proc=srv)
-    r = reg.run([PY, "-c", GREETED_LATE_CLIENT, str(port), "5"], timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["match"] * 5, r.stdout
-    st = reg.stats()
-    assert sum(st["fallback_by_reason"].values()) == 0, st
-    assert st["moved_by_reason"]["handed-on"] == 5, st
+    assert_handed_on(reg, procs, "plain", "greeting-late", DISPATCH_AFTER_DATA="1",
+                     DISPATCH_GREETS="1")
