@@ -86,9 +86,10 @@ int close_shutdown(struct conn *c, int fd, int how)
 		/* the peer's descriptor reports POLLRDHUP / EPOLLRDHUP */
 		sys_shutdown(fd, SHUT_WR);
 		/* sealed meanwhile: the peer may read TCP by now, and hears it
-		 * there as well (after its ring's end, the flag says the same) */
+		 * there as well (after its ring's end, the flag says the same;
+		 * after what it asked to have again) */
 		if (move_seen(c))
-			sys_shutdown(c->tcp_fd, SHUT_WR);
+			move_shutdown_wr(c);
 	}
 	return 0;
 }

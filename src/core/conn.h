@@ -42,6 +42,8 @@
 #define SH_RESENT    512u   /* we sent again what the peer asked for (move.c) */
 #define SH_RESEND_FAILED 1024u /* ...and could not: a hole in the stream, reset */
 #define SH_RESENDING 2048u  /* ...and have begun: resend_next says how far */
+#define SH_UNASKED   4096u  /* moved with nothing asked: our bytes may be on TCP, so
+                               nothing can be sent again in front of them */
 
 struct conn_shared {
 	pthread_mutex_t tx_lock;        /* robust, process-shared */

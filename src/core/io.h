@@ -316,6 +316,7 @@ static inline int rx_lowat_met(const struct conn *c)
 static inline int rx_ring_end_left(struct conn *c)
 {
 	return atomic_load_explicit(&c->moved_here, memory_order_relaxed) &&
+	       !(atomic_load_explicit(&c->sh->flags, memory_order_relaxed) & SH_RESEND) &&
 	       (atomic_load_explicit(&c->rx->flags, memory_order_acquire) &
 	        (RING_F_SHUTDOWN | RING_F_CLOSED | RING_F_ABORT));
 }
@@ -361,13 +362,19 @@ int move_start(struct conn *c, int reason);
  * our consumer cursor final (rx_lock held), ask the peer for what we have
  * not read of its stream over TCP; 0, or -1 if it cannot (pool references
  * among those bytes).  move_resent: 1 once the peer has sent it all, -1 if
- * it never will (it closed), 0 while it may.  move_resend: the peer's
- * side, tx_lock held: send it, before any byte of ours over TCP; 0 when
- * done or not asked, -1 if it could not be (the caller's stream is reset).
+ * it never will (it could not, or closed), 0 while it may; the peer's word
+ * in *@word (to wait on).  move_resend: the peer's side, tx_lock held:
+ * send it, before any byte of ours over TCP; 0 when done or not asked, -1
+ * if it could not be (the TCP connection is then reset).
+ * move_resend_locked: the same, taking the lock only when there is
+ * something to send.  move_shutdown_wr: a shutdown that met the seal goes
+ * to TCP too, after what is sent again.
  */
 int move_ask_resend(struct conn *c);
-int move_resent(struct conn *c);
+int move_resent(struct conn *c, uint32_t *word);
 int move_resend(struct conn *c);
+int move_resend_locked(struct conn *c);
+void move_shutdown_wr(struct conn *c);
 void move_hang_up(int bell_fd);
 int move_seen(struct conn *c);
 /* The same question without sealing anything, for const callers: a moved

@@ -152,12 +152,15 @@ int move_ask_resend(struct conn *c)
 	return 0;
 }
 
-int move_resent(struct conn *c)
+int move_resent(struct conn *c, uint32_t *word)
 {
-	if (atomic_load_explicit(&c->rx->resent, memory_order_acquire) == RESENT_DONE)
+	*word = atomic_load_explicit(&c->rx->resent, memory_order_acquire);
+	if (*word == RESENT_DONE)
 		return 1;
-	/* closed before it followed: its TCP socket went with a reset */
-	if (atomic_load_explicit(&c->rx->flags, memory_order_acquire) & (RING_F_CLOSED | RING_F_ABORT))
+	/* it could not; or closed before it followed: its TCP socket went
+	 * with a reset */
+	if (*word == RESENT_FAILED ||
+	    (atomic_load_explicit(&c->rx->flags, memory_order_acquire) & (RING_F_CLOSED | RING_F_ABORT)))
 		return -1;
 	return 0;
 }
@@ -199,32 +202,52 @@ static int move_send_again(struct conn *c, uint64_t to, long deadline)
 	return 0;
 }
 
+/*
+ * What cannot be sent again whole leaves a hole: the TCP connection is
+ * reset - a connect() to AF_UNSPEC sends the peer a reset and leaves
+ * ECONNRESET pending here, as a reset from the peer would - and the peer
+ * is told, so that it stops waiting.
+ */
+static int move_resend_failed(struct conn *c)
+{
+	struct sockaddr sa = { .sa_family = AF_UNSPEC };
+
+	atomic_fetch_or(&c->sh->flags, SH_RESEND_FAILED);
+	if (c->tcp_fd >= 0)
+		sys_connect(c->tcp_fd, &sa, sizeof(sa));
+	atomic_store_explicit(&c->tx->resent, RESENT_FAILED, memory_order_release);
+	sys_futex_wake(&c->tx->resent);
+	return -1;
+}
+
 int move_resend(struct conn *c)
 {
 	struct conn_shared *sh = c->sh;
-	uint64_t ask = atomic_load_explicit(&c->rx->resend, memory_order_acquire);
+	uint64_t ask = atomic_load_explicit(&c->rx->resend, memory_order_seq_cst);
 	uint32_t f = atomic_load(&sh->flags);
 
-	if (!(ask & RING_RESEND_SET) || !(f & SH_MOVED) || (f & SH_RESENT))
+	if (!(f & SH_MOVED) || (f & SH_RESENT))
 		return 0;
+	if (!(ask & RING_RESEND_SET)) {
+		/* our bytes may go over TCP from here on: an ask that comes
+		 * later (the peer asked as we moved ourselves) can only fail */
+		atomic_fetch_or(&sh->flags, SH_UNASKED);
+		return 0;
+	}
 	if (f & SH_RESEND_FAILED)
 		return -1;
 	ask &= ~RING_RESEND_SET;
 	if (!(f & SH_RESENDING)) {
-		/* the peer's word: within what we published, and bytes of the
-		 * ring only */
-		if (sh->prod - ask > c->tx_size || c->tcp_fd < 0 ||
-		    move_refs_between(c, ask, sh->prod)) {
-			atomic_fetch_or(&sh->flags, SH_RESEND_FAILED);
-			return -1;
-		}
+		/* the peer's word: within what we published, bytes of the ring
+		 * only, and nothing of ours on TCP before them */
+		if ((f & SH_UNASKED) || sh->prod - ask > c->tx_size || c->tcp_fd < 0 ||
+		    move_refs_between(c, ask, sh->prod))
+			return move_resend_failed(c);
 		sh->resend_next = ask;
 		atomic_fetch_or(&sh->flags, SH_RESENDING);
 	}
-	if (move_send_again(c, sh->prod, mono_now_ms() + MOVE_RESEND_MS) < 0) {
-		atomic_fetch_or(&sh->flags, SH_RESEND_FAILED);
-		return -1;
-	}
+	if (move_send_again(c, sh->prod, mono_now_ms() + MOVE_RESEND_MS) < 0)
+		return move_resend_failed(c);
 	atomic_fetch_or(&sh->flags, SH_RESENT);
 	atomic_store_explicit(&c->tx->resent, RESENT_DONE, memory_order_release);
 	sys_futex_wake(&c->tx->resent);        /* the asker waits on the word */
@@ -232,4 +255,30 @@ int move_resend(struct conn *c)
 	if (f & SH_SHUT_WR)
 		sys_shutdown(c->tcp_fd, SHUT_WR);
 	return 0;
+}
+
+int move_resend_locked(struct conn *c)
+{
+	int r;
+
+	/* nothing asked, or done: no lock (a thread holding a claim of the
+	 * native API holds it, and may be the caller) */
+	if (!move_asked(c) || (atomic_load(&c->sh->flags) & SH_RESENT)) {
+		if (move_flagged(c))
+			atomic_fetch_or(&c->sh->flags, SH_UNASKED);
+		return 0;
+	}
+	if (io_hold_mine(&c->tx_hold))
+		return move_resend(c);
+	shared_lock(&c->sh->tx_lock);
+	r = move_resend(c);
+	shared_unlock(&c->sh->tx_lock);
+	return r;
+}
+
+void move_shutdown_wr(struct conn *c)
+{
+	/* after what the peer asked to have again: move_resend shuts down */
+	if (move_resend_locked(c) == 0 && !move_asked(c))
+		sys_shutdown(c->tcp_fd, SHUT_WR);
 }

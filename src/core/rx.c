@@ -311,9 +311,14 @@ static void rx_took(struct conn *c, int fd, const struct rx_at *at, uint64_t pro
 #define RX_END_RESET 3
 static int rx_end_state(struct conn *c, uint32_t peer_flags)
 {
+	uint32_t f = atomic_load(&c->sh->flags);
+
 	if (tcpend_reset(c))
 		return RX_END_RESET;
-	if (peer_flags & (RING_F_SHUTDOWN | RING_F_CLOSED) || atomic_load(&c->sh->flags) & SH_SHUT_RD)
+	/* asked to be sent again (move.c): the peer's end comes over TCP too */
+	if (f & SH_RESEND)
+		peer_flags &= ~(RING_F_SHUTDOWN | RING_F_CLOSED);
+	if (peer_flags & (RING_F_SHUTDOWN | RING_F_CLOSED) || f & SH_SHUT_RD)
 		return 1;       /* end of stream */
 	/* a close or shutdown the peer published came before any move: the
 	 * ring's end is the stream's; after a move they go over TCP (and the
@@ -919,6 +924,8 @@ uint32_t rx_available(struct conn *c)
 	uint64_t prod;
 	uint32_t n = 0;
 
+	if (atomic_load_explicit(&sh->flags, memory_order_relaxed) & SH_RESEND)
+		return 0;       /* the rest comes again over TCP (move.c) */
 	if (atomic_load_explicit(&c->rx_hold.thread, memory_order_relaxed)) {
 		/* a peek keeps the receive lock, maybe for long (maybe this
 		 * thread's): count without it - only the peek's consume moves

@@ -136,12 +136,10 @@ static uint32_t tx_publish_failed(struct conn *c, uint64_t raw, uint32_t n, int 
 		close_mark_broken(c);
 		return 0;
 	}
-	/* what the peer asked to have again goes first (move.c) */
+	/* what the peer asked to have again goes first (move.c); a failure
+	 * to has reset the TCP connection, where the send below fails */
 	move_seen(c);
-	if (move_resend(c) < 0) {
-		close_mark_broken(c);
-		return 0;
-	}
+	move_resend(c);
 	ring_pieces(ring_data(c->tx), c->tx_size, sh->prod, n, iov);
 	while (sent < n) {
 		struct pollfd p = { .fd = c->tcp_fd, .events = POLLOUT };

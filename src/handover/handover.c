@@ -379,7 +379,7 @@ static void scan_one(int fd, void *arg)
 	}
 	/* not a vfork child: its moves would be its parent's, whose
 	 * descriptors still name the doorbell */
-	if (!x->vfork_child && hs_hand_on_tcp(fd, c) == 0) {
+	if (!x->vfork_child && !in(x->reset, x->n_reset, c) && hs_hand_on_tcp(fd, c) == 0) {
 		DBG("exec: fd %d goes on over TCP (handed-on)", fd);
 		return;         /* the descriptor is the TCP socket now */
 	}

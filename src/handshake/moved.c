@@ -58,29 +58,15 @@ static void moved_swap(int fd, struct conn *c, void *arg)
 	DBG("fd %d: moved to its TCP socket", fd);
 }
 
-/*
- * The peer handing the connection on asked for what it had not read of
- * ours (core/move.c, "sent again"): sent before this process's descriptors
- * become the TCP socket, after which the program's writes go straight
- * there.  One that could not be sent leaves a hole: the stream is reset.
- */
-static void moved_send_again(struct conn *c)
-{
-	int r;
-
-	shared_lock(&c->sh->tx_lock);
-	r = move_resend(c);
-	shared_unlock(&c->sh->tx_lock);
-	if (r < 0)
-		close_mark_broken(c);
-}
-
 int hs_moved_follow(struct conn *c)
 {
 	int unread;
 
 	if (!atomic_load_explicit(&c->moved_here, memory_order_acquire)) {
-		moved_send_again(c);
+		/* what the peer handing the connection on asked for (core/move.c,
+		 * "sent again") goes before our descriptors become the TCP
+		 * socket, after which the program's writes go straight there */
+		move_resend_locked(c);
 		pthread_mutex_lock(&follow_lock);
 		if (!atomic_load(&c->moved_here)) {
 			fd_for_each_conn(moved_swap, c);
@@ -156,9 +142,16 @@ static int moved_peer_closed(struct conn *c)
 	return atomic_load_explicit(&c->rx->flags, memory_order_acquire) & (RING_F_CLOSED | RING_F_ABORT);
 }
 
-/* Would a reader of the TCP socket alone miss anything the ring holds? */
+/*
+ * Would a reader of the TCP socket alone miss anything the ring holds (or
+ * held: what we asked the peer to send again, and it has not)?
+ */
 static int moved_strands(struct conn *c)
 {
+	uint32_t word;
+
+	if (atomic_load_explicit(&c->sh->flags, memory_order_acquire) & SH_RESEND)
+		return move_resent(c, &word) != 1;
 	return rx_has_unread(c) || moved_peer_closed(c) ||
 	       (atomic_load_explicit(&c->rx->flags, memory_order_acquire) & RING_F_SHUTDOWN);
 }
@@ -171,14 +164,16 @@ static int moved_strands(struct conn *c)
  */
 static int moved_seal_asking(struct conn *c)
 {
-	int asked = 0;
+	int asked = 0, mine = io_hold_mine(&c->rx_hold);     /* a peek of ours holds it */
 
-	shared_lock(&c->sh->rx_lock);           /* our cursor is final from here */
+	if (!mine)
+		shared_lock(&c->sh->rx_lock);   /* our cursor is final from here */
 	if (moved_strands(c))
 		asked = move_ask_resend(c) == 0 ? 1 : -1;
 	if (asked >= 0)
 		move_start(c, R_HANDED_ON);
-	shared_unlock(&c->sh->rx_lock);
+	if (!mine)
+		shared_unlock(&c->sh->rx_lock);
 	return asked;
 }
 
@@ -190,15 +185,17 @@ static int moved_seal_asking(struct conn *c)
 static int moved_wait_resent(int fd, struct conn *c)
 {
 	long deadline = mono_now_ms() + cfg.handshake_ms;
+	uint32_t word;
 	int r;
 
 	pthread_mutex_lock(&follow_lock);
 	if (!atomic_load(&c->moved_here))
 		move_hang_up(fd);
 	pthread_mutex_unlock(&follow_lock);
-	while ((r = move_resent(c)) == 0 && mono_now_ms() < deadline) {
+	while ((r = move_resent(c, &word)) == 0 && mono_now_ms() < deadline) {
 		struct timespec ts = { 0, 2000000 };      /* and a look at the peer's end */
-		sys_futex_wait((_Atomic uint32_t *)&c->rx->resent, 0, &ts);
+		/* on the word as it is: a peer that writes others costs no spin */
+		sys_futex_wait((_Atomic uint32_t *)&c->rx->resent, word, &ts);
 	}
 	return r == 1 ? 0 : -1;
 }

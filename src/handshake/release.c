@@ -79,9 +79,7 @@ static void release_last_holder(struct conn *c, int fd)
 		 * (a FIN once every copy is gone, a reset for unread bytes as
 		 * the kernel decides), and the rings' close protocol is over -
 		 * after what the peer asked to have again (core/move.c) */
-		shared_lock(&c->sh->tx_lock);
-		move_resend(c);
-		shared_unlock(&c->sh->tx_lock);
+		move_resend_locked(c);
 		sys_close(c->tcp_fd);
 		c->tcp_fd = -1;
 		c->mode = MODE_TCP;

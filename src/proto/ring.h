@@ -117,6 +117,7 @@ struct ring_hdr {
 };
 #define RING_RESEND_SET (1ull << 63)
 #define RESENT_DONE 1u
+#define RESENT_FAILED 2u     /* could not: the TCP connection is reset */
 
 _Static_assert(sizeof(struct ring_hdr) <= RING_HDR_SIZE, "ring header too big");
 
