@@ -374,6 +374,9 @@ int move_ask_resend(struct conn *c);
 int move_resent(struct conn *c, uint32_t *word);
 int move_resend(struct conn *c);
 int move_resend_locked(struct conn *c);
+/* Only what was asked for (an asker waiting for its own peer's word serves
+ * the peer's ask meanwhile: both sides handing on at once). */
+int move_resend_asked(struct conn *c);
 void move_shutdown_wr(struct conn *c);
 void move_hang_up(int bell_fd);
 int move_seen(struct conn *c);

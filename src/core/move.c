@@ -38,6 +38,7 @@
  */
 #include "io.h"
 
+#include "log.h"
 #include "sys.h"
 
 #include <errno.h>
@@ -213,8 +214,8 @@ static int move_resend_failed(struct conn *c)
 	struct sockaddr sa = { .sa_family = AF_UNSPEC };
 
 	atomic_fetch_or(&c->sh->flags, SH_RESEND_FAILED);
-	if (c->tcp_fd >= 0)
-		sys_connect(c->tcp_fd, &sa, sizeof(sa));
+	if (c->tcp_fd >= 0 && sys_connect(c->tcp_fd, &sa, sizeof(sa)) < 0)
+		DBG("sent again: no reset of our TCP socket (%d): the asker's resets it", errno);
 	atomic_store_explicit(&c->tx->resent, RESENT_FAILED, memory_order_release);
 	sys_futex_wake(&c->tx->resent);
 	return -1;
@@ -240,11 +241,18 @@ int move_resend(struct conn *c)
 	if (!(f & SH_RESENDING)) {
 		/* the peer's word: within what we published, bytes of the ring
 		 * only, and nothing of ours on TCP before them */
-		if ((f & SH_UNASKED) || sh->prod - ask > c->tx_size || c->tcp_fd < 0 ||
+		uint32_t cur = atomic_load(&sh->flags);
+
+		if (sh->prod - ask > c->tx_size || c->tcp_fd < 0 ||
 		    move_refs_between(c, ask, sh->prod))
 			return move_resend_failed(c);
 		sh->resend_next = ask;
-		atomic_fetch_or(&sh->flags, SH_RESENDING);
+		/* not once a thread of ours may have put bytes on TCP unasked
+		 * (move_resend_locked marks that without this lock) */
+		do {
+			if (cur & SH_UNASKED)
+				return move_resend_failed(c);
+		} while (!atomic_compare_exchange_weak(&sh->flags, &cur, cur | SH_RESENDING));
 	}
 	if (move_send_again(c, sh->prod, mono_now_ms() + MOVE_RESEND_MS) < 0)
 		return move_resend_failed(c);
@@ -257,23 +265,38 @@ int move_resend(struct conn *c)
 	return 0;
 }
 
-int move_resend_locked(struct conn *c)
+int move_resend_asked(struct conn *c)
 {
 	int r;
 
-	/* nothing asked, or done: no lock (a thread holding a claim of the
-	 * native API holds it, and may be the caller) */
-	if (!move_asked(c) || (atomic_load(&c->sh->flags) & SH_RESENT)) {
-		if (move_flagged(c))
-			atomic_fetch_or(&c->sh->flags, SH_UNASKED);
+	if (!move_asked(c) || (atomic_load(&c->sh->flags) & SH_RESENT))
 		return 0;
-	}
+	/* a thread holding a claim of the native API holds the lock, and may
+	 * be the caller */
 	if (io_hold_mine(&c->tx_hold))
 		return move_resend(c);
 	shared_lock(&c->sh->tx_lock);
 	r = move_resend(c);
 	shared_unlock(&c->sh->tx_lock);
 	return r;
+}
+
+int move_resend_locked(struct conn *c)
+{
+	uint32_t was;
+
+	if (!move_seen(c))
+		return 0;
+	if (move_asked(c))
+		return move_resend_asked(c);
+	/* nothing asked: our bytes may go on TCP from here.  Marked without
+	 * the lock; a re-send another thread began meanwhile (an ask we did
+	 * not see yet) is waited for under it, and one not begun can no
+	 * longer begin (move_resend) */
+	was = atomic_fetch_or(&c->sh->flags, SH_UNASKED);
+	if ((was & SH_RESENT) || !(was & SH_RESENDING))
+		return 0;
+	return move_resend_asked(c);
 }
 
 void move_shutdown_wr(struct conn *c)

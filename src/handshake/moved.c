@@ -160,20 +160,22 @@ static int moved_strands(struct conn *c)
  * Seal @c for a hand-on; 1 if the peer was asked to send again what we
  * had not read (bytes, or a shutdown it published in the ring: its FIN
  * follows them), 0 if nothing was there to ask for, -1 if it cannot be
- * asked (pool references among those bytes): unsealed then.
+ * asked (pool references among those bytes, a peek of this thread's
+ * held): unsealed then.
  */
 static int moved_seal_asking(struct conn *c)
 {
-	int asked = 0, mine = io_hold_mine(&c->rx_hold);     /* a peek of ours holds it */
+	int asked = 0;
 
-	if (!mine)
-		shared_lock(&c->sh->rx_lock);   /* our cursor is final from here */
+	/* a peek of this thread's would consume past the cursor we give */
+	if (io_hold_mine(&c->rx_hold))
+		return -1;
+	shared_lock(&c->sh->rx_lock);   /* our cursor is final from here */
 	if (moved_strands(c))
 		asked = move_ask_resend(c) == 0 ? 1 : -1;
 	if (asked >= 0)
 		move_start(c, R_HANDED_ON);
-	if (!mine)
-		shared_unlock(&c->sh->rx_lock);
+	shared_unlock(&c->sh->rx_lock);
 	return asked;
 }
 
@@ -194,6 +196,8 @@ static int moved_wait_resent(int fd, struct conn *c)
 	pthread_mutex_unlock(&follow_lock);
 	while ((r = move_resent(c, &word)) == 0 && mono_now_ms() < deadline) {
 		struct timespec ts = { 0, 2000000 };      /* and a look at the peer's end */
+		/* a peer handing on at the same time waits for us likewise */
+		move_resend_asked(c);
 		/* on the word as it is: a peer that writes others costs no spin */
 		sys_futex_wait((_Atomic uint32_t *)&c->rx->resent, word, &ts);
 	}
