@@ -113,6 +113,11 @@ struct inbox {
 	struct inbox_share *share;
 	uint64_t empty_at;          /* offers sent when it was last found empty */
 	int empty_at_known;
+	/* shared: offers sent when a pass for park i found its queues empty
+	 * (a pass reads its own park only: one park found empty says nothing
+	 * of the others) */
+	uint64_t park_empty_at[PARK_PAIRS];
+	uint32_t park_empty_known;  /* bit i: park_empty_at[i] holds */
 };
 #define INBOX_NONE ((struct inbox){ .sock = -1 })
 
@@ -198,6 +203,7 @@ static void forget_parents_inbox(void)
 		inbox_close(&inherited);
 		inherited = own;
 		inherited.empty_at_known = 0;
+		inherited.park_empty_known = 0;
 		own = INBOX_NONE;
 	}
 	inbox_close(&own);
@@ -689,6 +695,27 @@ static int shared_look_again(struct inbox *ib, int park, long *until, int *last)
 	return 1;
 }
 
+/*
+ * Whether no offer was sent or parked since a pass for @park found the
+ * inbox, the park of offers not connected yet and @park empty (the count
+ * read goes to @sent and @counted, as still_empty's).
+ */
+static int shared_still_empty(const struct inbox *ib, int park, uint64_t *sent, int *counted)
+{
+	*sent = 0;
+	*counted = registry_offers_sent(registry_fd, sent) == 0;
+	return *counted && (ib->park_empty_known & 1u << park) && *sent == ib->park_empty_at[park];
+}
+
+static void shared_found_empty(struct inbox *ib, int park, uint64_t sent, int counted)
+{
+	ib->park_empty_at[park] = sent;
+	if (counted)
+		ib->park_empty_known |= 1u << park;
+	else
+		ib->park_empty_known &= ~(1u << park);
+}
+
 /* The offer for @local <- @peer from shared inbox @ib: 0, or -1 if none. */
 static int shared_take(struct inbox *ib, const struct ep *local, const struct ep *peer,
                        union clc_msg *m, int fds[OFFER_FDS])
@@ -699,7 +726,7 @@ static int shared_take(struct inbox *ib, const struct ep *local, const struct ep
 	uint64_t sent;
 	int counted, last = 0, reads = 0;
 
-	if (still_empty(ib, &sent, &counted) && !shared_any_hold(ib))
+	if (shared_still_empty(ib, park, &sent, &counted) && !shared_any_hold(ib))
 		return -1;
 	for (;;) {
 		int nkeep = 0, slot = shared_hold(ib, HOLD_ANY);
@@ -717,7 +744,7 @@ static int shared_take(struct inbox *ib, const struct ep *local, const struct ep
 		}
 		if (reads >= DRAIN_MAX)
 			return -1;
-		found_empty(ib, sent, counted);
+		shared_found_empty(ib, park, sent, counted);
 		if (!shared_look_again(ib, park, &until, &last))
 			return -1;
 	}
