@@ -65,6 +65,7 @@
 #include "sys.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,7 @@ struct watch_set {
 	int awake;                      /* a thread handles its events and comes back:
 	                                   new registrations are watched at once */
 	int n, cap, n_watching, n_owed, n_parked;
+	int n_exclusive;                /* level-triggered EPOLLEXCLUSIVE entries (exclusive_look) */
 	struct watch_entry *e;
 };
 
@@ -116,6 +118,16 @@ static int watchable(const struct watch_set *s, const struct watch_entry *e)
 	return !s->unsafe && !s->sleeping && !e->parked && (e->events & EPOLLIN) &&
 	       !(e->events & EPOLLONESHOT) && e->c->watch_regs == 1 &&
 	       atomic_load_explicit(&e->c->sh->holders, memory_order_relaxed) == 1;
+}
+
+/*
+ * A level-triggered EPOLLEXCLUSIVE registration: each wait asks its
+ * doorbell socket itself (exclusive_look).  (An edge-triggered one would
+ * report an edge at every wait so; a MOD of either kind fails.)
+ */
+static int looked_at_each_wait(const struct watch_entry *e)
+{
+	return (e->events & EPOLLEXCLUSIVE) && !(e->events & EPOLLET);
 }
 
 static void set_owed(struct watch_set *s, struct watch_entry *e, int owed)
@@ -210,6 +222,7 @@ static void entry_drop(struct watch_set *s, int i)
 		entry_stop(s, e);
 	set_owed(s, e, 0);
 	s->n_parked -= e->parked;
+	s->n_exclusive -= looked_at_each_wait(e);
 	e->c->watch_regs--;
 	conn_put(e->c);
 	s->e[i] = s->e[--s->n];
@@ -263,6 +276,7 @@ static void entry_add(struct watch_set *s, int fd, const struct epoll_event *ev,
 	e->c = c;
 	e->out_fresh = 1;
 	e->nospace_seen = atomic_load(&c->sh->nospace);
+	s->n_exclusive += looked_at_each_wait(e);      /* (a MOD cannot change it) */
 	c->watch_regs++;
 	if (ev->events & EPOLLET)
 		io_bell_each(c);
@@ -708,6 +722,34 @@ static int kernel_look(struct watch_set *s, struct epoll_event *ev, int n, int m
 	return n;
 }
 
+/*
+ * The kernel does not always put a level-triggered EPOLLEXCLUSIVE
+ * registration of a doorbell socket on its set's ready list when the socket
+ * becomes writable for the other sets holding it: a set nobody sleeps on
+ * then misses the EPOLLOUT a reader's drain raised (1 or 2 drains in 100,
+ * seen with a plain socket pair and no smclo) until the next wake-up - which
+ * may never come, the reader keeping its last doorbell queued.  TCP's socket
+ * reports it at once (the differential case readiness-full-epoll).  So each
+ * wait asks such a socket itself: one poll() each, for the few programs
+ * that register a connection so.
+ */
+static int exclusive_look(struct watch_set *s, struct epoll_event *ev, int n, int max)
+{
+	for (int i = 0; i < s->n && s->n_exclusive && n < max; i++) {
+		struct watch_entry *e = &s->e[i];
+		struct pollfd p = { .fd = e->fd, .events = (short)(e->events & (EPOLLIN | EPOLLOUT)) };
+		uint32_t events;
+
+		if (!looked_at_each_wait(e) || e->parked || e->c->mode != MODE_SHM ||
+		    sys_poll(&p, 1, 0) != 1)
+			continue;
+		events = kernel_event(s, e->data, (uint16_t)p.revents);
+		if (events)
+			put_event(ev, &n, max, e->data, events);
+	}
+	return n;
+}
+
 /* One-shot: the kernel's registration is disarmed with the event we report. */
 static void disarm(struct watch_set *s, struct watch_entry *e)
 {
@@ -860,6 +902,8 @@ int epoll_watch_before_wait(int epfd, struct epoll_event *ev, int max, int timeo
 	n = report_ready(s, ev, 0, max);
 	if (n < max)
 		n = kernel_look(s, ev, n, max);
+	if (n >= 0 && n < max)
+		n = exclusive_look(s, ev, n, max);
 	if (n == 0 && timeout != 0) {
 		if (may_spin)
 			n = spin_watch(s, ev, max);
