@@ -105,6 +105,44 @@ def test_short_connections_stay_on_tcp_under_a_one_cpu_quota(reg, procs, one_cpu
     assert st["accelerated_client"] + short == 100, st
 
 
+# A cgroup2-shaped tree in a private mount namespace, and /proc/self/cgroup
+# naming /pod/ctr in it: $1 is the parent's cpu.max, $2 the cgroup's own
+V2_TREE = ('mount -t tmpfs smclo-test /sys/fs/cgroup && cd /sys/fs/cgroup && '
+           ': > cgroup.controllers && mkdir -p pod/ctr && echo "$1" > pod/cpu.max && '
+           'echo "$2" > pod/ctr/cpu.max && echo 0::/pod/ctr > self && '
+           'mount --bind self /proc/$$/cgroup && cd / && shift 2 && exec "$@"')
+
+
+@pytest.fixture(params=["own", "parent"])
+def v2_quota_as_a_container_sees_it(request):
+    """cgroup v2's cpu.max as a process on a v2 host sees it (Debian 12's
+    default; this test host has its cpu controller on v1, which the fixture
+    above makes real cgroups of): a quota of one CPU on the process's cgroup
+    or its parent, the other "max".  The kernel enforces nothing there: what
+    is tested is smclo's reading of the tree (cpus.c), the v2 branch; the
+    prefix that starts a command so."""
+    one, none = "100000 100000", "max 100000"
+    parent, own = (none, one) if request.param == "own" else (one, none)
+    return ("unshare", "-m", "sh", "-c", V2_TREE, "sh", parent, own)
+
+
+def test_short_connections_stay_on_tcp_under_a_v2_quota(reg, procs,
+                                                        v2_quota_as_a_container_sees_it):
+    st = run_clients(reg, procs, "short", 100, "1", prefix=v2_quota_as_a_container_sees_it)
+    short = st["fallback_by_reason"].get("short-lived", 0)
+    assert st["accelerated_client"] >= 8, st
+    assert short >= 80, st
+    assert st["accelerated_client"] + short == 100, st
+
+
+def test_short_connections_stay_accelerated_without_a_v2_quota(reg, procs):
+    # the same tree with no quota anywhere: the control of the test above
+    none = "max 100000"
+    st = run_clients(reg, procs, "short", 100, "1",
+                     prefix=("unshare", "-m", "sh", "-c", V2_TREE, "sh", none, none))
+    assert st["accelerated_client"] == 100 and st["fallback"] == 0, st
+
+
 def test_one_connection_processes_learn_from_each_other(reg, procs, busy_cpus):
     # a shell loop of one-request clients: no process lives to see a streak of its own
     st = run_clients(reg, procs, "short", 1, "1", processes=24)
