@@ -88,7 +88,8 @@ static void fdfork_settle(int failed, int in_child, int drop_refs)
 		 * points at is the parent's anyway.
 		 */
 		n_fork_counted = 0;
-		pthread_mutex_init(&fork_count_lock, NULL);
+		/* the child's one thread is the one that took it (prepare) */
+		pthread_mutex_unlock(&fork_count_lock);
 		return;
 	}
 	/* the references are dropped after the lock is: freeing takes the

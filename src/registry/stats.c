@@ -158,8 +158,8 @@ void stats_set_fd_keeper(int (*keep)(int fd))
 
 void stats_forget_table(void)
 {
-	/* in a fork child: the lock may have been held by a thread that is gone */
-	pthread_mutex_init(&table_lock, NULL);
+	/* in a fork child, under table_lock: the forking thread took it
+	 * (stats_fork_lock) and gives it back after this (stats_fork_unlock) */
 	/*
 	 * The child keeps the parent's mapping and lock descriptor: slots of
 	 * connections it inherited stay where they are, and the parent's table

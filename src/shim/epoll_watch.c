@@ -599,7 +599,7 @@ void epoll_watch_fork_child(void)
 		pthread_mutex_init(&sets[i]->lock, NULL);
 		sets[i]->sleeping = 0;
 	}
-	pthread_mutex_init(&table_lock, NULL);
+	pthread_mutex_unlock(&table_lock);      /* ours: taken in prepare */
 }
 
 void epoll_watch_before_exec(void)
