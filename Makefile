@@ -32,6 +32,7 @@ MANIFEST = $(DESTDIR)$(PREFIX)/share/smclo/installed-files
 TEST_DEBS = redis-server redis-tools nginx-light wrk iperf3 sockperf curl socat postgresql \
             python3-pytest liburing-dev iproute2 util-linux cmake ninja-build gcc strace \
             clang cppcheck python3-prometheus-client dpkg-dev lintian fakeroot \
+            openbsd-inetd busybox-static \
             memcached mosquitto mosquitto-clients systemd pgbouncer apache2 apache2-utils \
             php-fpm varnish openssh-server openssh-client rsync git libseccomp-dev \
             mariadb-server mariadb-client \

@@ -15,10 +15,11 @@ never a silent end of file, and the reason is counted.
 import os
 import random
 import socket
+import subprocess
 
 import pytest
 
-from conftest import PY, TESTBIN, free_port, go_build, wait_port
+from conftest import PY, SMCLO, TESTBIN, free_port, go_build, wait_port
 
 PEER = os.path.join(os.path.dirname(__file__), "peer.py")
 SERVER = str(TESTBIN / "exec_server")
@@ -267,3 +268,40 @@ def test_handed_on_under_load(reg, procs):
     st = reg.stats()
     assert sum(st["fallback_by_reason"].values()) == 0, st
     assert st["moved_by_reason"]["handed-on"] == 4, st
+
+
+# openbsd-inetd's service line: a nowait stream service on loopback whose
+# handler is @1 with its arguments
+INETD_LINE = "127.0.0.1:%d stream tcp nowait root %s\n"
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+SYSTEM_PY = "/usr/bin/python3"     # Debian's: nobody may run it (the suite's may be root's own)
+
+
+# Debian's openbsd-inetd gives its handlers an environment without
+# LD_PRELOAD (seen with `env` as the handler, with or without smclo, and
+# with any library preloaded): no handler of it loads smclo, static or not
+@pytest.mark.parametrize("handler", ["/usr/bin/busybox busybox cat", "/bin/cat cat"],
+                         ids=["static", "dynamic"])
+def test_inetd_as_debian_ships_it(default_reg, procs, tmp_path, handler):
+    """Debian's openbsd-inetd, started as root under smclo with smclo's
+    defaults (-d: in the foreground, so the test can stop it), an echo
+    service run by a handler per connection (busybox-static's cat, or
+    /bin/cat), the clients as nobody: every connection's 100 KB comes back
+    byte exact.  The handler cannot load smclo, so each connection is
+    handed on to TCP, what the ring held sent again by the client
+    (handed-on at inetd's end, peer-moved at the client's); it was a reset
+    before the hand-on."""
+    port = free_port()
+    conf = tmp_path / "inetd.conf"
+    conf.write_text(INETD_LINE % (port, handler))
+    srv = procs.start(["/usr/sbin/inetd", "-d", str(conf)], default_reg.env)
+    wait_port(port, proc=srv)
+    r = subprocess.run(AS_NOBODY + [SMCLO, "run", "--", SYSTEM_PY, "-c", CLIENT, str(port), "5"],
+                       env=default_reg.env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["match"] * 5, r.stdout
+    st = default_reg.wait_stats(lambda s: s["moved_by_reason"]["peer-moved"] == 5)
+    assert st["accelerated_client"] == 5 and st["accelerated_server"] >= 5, st
+    assert sum(st["fallback_by_reason"].values()) == 0, st
+    assert st["moved_by_reason"]["handed-on"] == 5, st
+    assert st["moved_by_reason"]["peer-moved"] == 5, st
