@@ -635,15 +635,6 @@ static void rearm(struct watch_set *s, struct watch_entry *e)
 }
 
 /*
- * An event from the kernel, seen against the rings.  An EPOLLIN for an empty
- * ring whose stream goes on is a doorbell that arrived after we reported its
- * bytes and the application read them (a writer can be preempted between
- * counting a doorbell and sending it); passing it on would be a readable
- * descriptor with nothing to read - wrk counts that as an error - so it is
- * consumed and the event dropped.  A real one is the edge for every byte
- * there now: an edge-triggered reader reads them all, so we report no other.
- */
-/*
  * An edge-triggered EPOLLOUT with no input beside it is the doorbell socket
  * getting room as the reader drains it - which it does in steps, each an
  * edge.  TCP raises one only after a write found no room (SOCK_NOSPACE),
@@ -660,15 +651,18 @@ static int out_edge_due(struct watch_entry *e)
 	return due;
 }
 
-static uint32_t kernel_event(struct watch_set *s, epoll_data_t data, uint32_t events)
+/*
+ * An event from the kernel for entry @e (NULL: not one of ours), seen
+ * against the rings.  An EPOLLIN for an empty ring whose stream goes on is
+ * a doorbell that arrived after we reported its bytes and the application
+ * read them (a writer can be preempted between
+ * counting a doorbell and sending it); passing it on would be a readable
+ * descriptor with nothing to read - wrk counts that as an error - so it is
+ * consumed and the event dropped.  A real one is the edge for every byte
+ * there now: an edge-triggered reader reads them all, so we report no other.
+ */
+static uint32_t entry_event(struct watch_set *s, struct watch_entry *e, uint32_t events)
 {
-	struct watch_entry *e = NULL;
-
-	if (data.u64 == PARKED_DATA)
-		return 0;
-	for (int i = 0; i < s->n && !e; i++)
-		if (s->e[i].data.u64 == data.u64 && !s->e[i].parked)
-			e = &s->e[i];
 	/* the hang-up of a moved connection's doorbell socket (core/move.c),
 	 * before this process followed it: the next wait follows first */
 	if (e && !atomic_load(&e->c->moved_here) && move_flagged(e->c))
@@ -706,6 +700,19 @@ static uint32_t kernel_event(struct watch_set *s, epoll_data_t data, uint32_t ev
 	return events;
 }
 
+/* The same for an event the kernel reported with @data. */
+static uint32_t kernel_event(struct watch_set *s, epoll_data_t data, uint32_t events)
+{
+	struct watch_entry *e = NULL;
+
+	if (data.u64 == PARKED_DATA)
+		return 0;
+	for (int i = 0; i < s->n && !e; i++)
+		if (s->e[i].data.u64 == data.u64 && !s->e[i].parked)
+			e = &s->e[i];
+	return entry_event(s, e, events);
+}
+
 /* What the kernel has ready now, after the @n events already in @ev (-1 on error, n == 0 only). */
 static int kernel_look(struct watch_set *s, struct epoll_event *ev, int n, int max)
 {
@@ -723,27 +730,31 @@ static int kernel_look(struct watch_set *s, struct epoll_event *ev, int n, int m
 }
 
 /*
- * The kernel does not always put a level-triggered EPOLLEXCLUSIVE
- * registration of a doorbell socket on its set's ready list when the socket
- * becomes writable for the other sets holding it: a set nobody sleeps on
- * then misses the EPOLLOUT a reader's drain raised (1 or 2 drains in 100,
- * seen with a plain socket pair and no smclo) until the next wake-up - which
- * may never come, the reader keeping its last doorbell queued.  TCP's socket
- * reports it at once (the differential case readiness-full-epoll).  So each
- * wait asks such a socket itself: one poll() each, for the few programs
- * that register a connection so.
+ * A level-triggered EPOLLEXCLUSIVE registration of a doorbell socket is
+ * now and then reported late: a look on its set right after another set
+ * holding the socket reported the room a drain made finds nothing, one
+ * 50 ms later finds it (1 or 2 drains in 100, also with a plain socket pair
+ * and no smclo; a thread asleep in the set is woken).  The kernel wakes a
+ * socket's exclusive entries after all the others, which may be why; not
+ * established.  TCP's socket showed no such delay (the differential case
+ * readiness-full-epoll), so each wait asks such a socket itself - one
+ * poll() each, for the few programs that register a connection so - while
+ * the descriptor still names the entry's connection (a number closed
+ * behind our back, by raw system calls, may name another file now).
  */
 static int exclusive_look(struct watch_set *s, struct epoll_event *ev, int n, int max)
 {
 	for (int i = 0; i < s->n && s->n_exclusive && n < max; i++) {
 		struct watch_entry *e = &s->e[i];
+		struct fd_entry *f = fd_entry(e->fd);
 		struct pollfd p = { .fd = e->fd, .events = (short)(e->events & (EPOLLIN | EPOLLOUT)) };
 		uint32_t events;
 
-		if (!looked_at_each_wait(e) || e->parked || e->c->mode != MODE_SHM ||
-		    sys_poll(&p, 1, 0) != 1)
+		if (!looked_at_each_wait(e) || e->parked || e->c->mode != MODE_SHM || !f ||
+		    atomic_load_explicit(&f->conn, memory_order_relaxed) != e->c ||
+		    sys_poll(&p, 1, 0) != 1 || (p.revents & POLLNVAL))
 			continue;
-		events = kernel_event(s, e->data, (uint16_t)p.revents);
+		events = entry_event(s, e, (uint16_t)p.revents);
 		if (events)
 			put_event(ev, &n, max, e->data, events);
 	}
