@@ -655,11 +655,11 @@ static int out_edge_due(struct watch_entry *e)
  * An event from the kernel for entry @e (NULL: not one of ours), seen
  * against the rings.  An EPOLLIN for an empty ring whose stream goes on is
  * a doorbell that arrived after we reported its bytes and the application
- * read them (a writer can be preempted between
- * counting a doorbell and sending it); passing it on would be a readable
- * descriptor with nothing to read - wrk counts that as an error - so it is
- * consumed and the event dropped.  A real one is the edge for every byte
- * there now: an edge-triggered reader reads them all, so we report no other.
+ * read them (a writer can be preempted between counting a doorbell and
+ * sending it); passing it on would be a readable descriptor with nothing
+ * to read - wrk counts that as an error - so it is consumed and the event
+ * dropped.  A real one is the edge for every byte there now: an
+ * edge-triggered reader reads them all, so we report no other.
  */
 static uint32_t entry_event(struct watch_set *s, struct watch_entry *e, uint32_t events)
 {

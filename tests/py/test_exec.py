@@ -270,8 +270,8 @@ def test_handed_on_under_load(reg, procs):
     assert st["moved_by_reason"]["handed-on"] == 4, st
 
 
-# openbsd-inetd's service line: a nowait stream service on loopback whose
-# handler is @1 with its arguments
+# openbsd-inetd's service line: a nowait stream service on a loopback port,
+# run as root by the handler named last (its path, then its argv)
 INETD_LINE = "127.0.0.1:%d stream tcp nowait root %s\n"
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
 SYSTEM_PY = "/usr/bin/python3"     # Debian's: nobody may run it (the suite's may be root's own)
