@@ -305,3 +305,31 @@ def test_inetd_as_debian_ships_it(default_reg, procs, tmp_path, handler):
     assert sum(st["fallback_by_reason"].values()) == 0, st
     assert st["moved_by_reason"]["handed-on"] == 5, st
     assert st["moved_by_reason"]["peer-moved"] == 5, st
+
+
+# systemd's Accept=yes as its own tool gives it: a handler per connection,
+# the connection on stdin and stdout; the children get only the environment
+# -E names (LD_PRELOAD among it, or not)
+@pytest.mark.parametrize("env_opts,moved", [([], 5), (["-E", "LD_PRELOAD"], 0)],
+                         ids=["environment-cleared", "preload-passed"])
+def test_systemd_socket_activate_accept(default_reg, procs, env_opts, moved):
+    """systemd-socket-activate --accept --inetd under smclo with smclo's
+    defaults, /bin/cat as the handler, clients of user nobody: 5 x 100 KB
+    byte exact.  A handler given LD_PRELOAD takes the connection over and
+    it stays accelerated; one whose environment was cleared cannot load
+    smclo, and each connection is handed on to TCP (handed-on /
+    peer-moved)."""
+    port = free_port()
+    srv = procs.start(["systemd-socket-activate", "-l", "127.0.0.1:%d" % port, "--accept",
+                       "--inetd", *env_opts, "/bin/cat"], default_reg.env)
+    wait_port(port, proc=srv)
+    r = subprocess.run(AS_NOBODY + [SMCLO, "run", "--", SYSTEM_PY, "-c", CLIENT, str(port), "5"],
+                       env=default_reg.env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["match"] * 5, r.stdout
+    st = default_reg.wait_stats(lambda s: s["moved_by_reason"]["peer-moved"] == moved and
+                                s["accelerated_client"] == 5)
+    assert st["accelerated_client"] == 5 and st["accelerated_server"] >= 5, st
+    assert sum(st["fallback_by_reason"].values()) == 0, st
+    assert st["moved_by_reason"]["handed-on"] == moved, st
+    assert st["moved_by_reason"]["peer-moved"] == moved, st
