@@ -8,6 +8,11 @@ median of the runs with the CPU time (user+sys of server and client) beside
 it.  Writes BENCHMARKS.md and bench/benchmarks.png.
 
     python3 bench/run.py [--runs N] [--quick] [--seconds S] [--only TEXT] [--only-load]
+                         [--against BUILD]
+
+--against runs another build of smclo (e.g. one of an older commit) as a
+fourth column, interleaved with the others, and prints each row's smclo
+against it: "no speed lost" is judged in one run on one machine.
 
 Every step (one program pair, one mode) prints what it runs and an estimate
 of the time left first.
@@ -30,6 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = Path(os.environ.get("SMCLO_BUILD", ROOT / "build"))
 SMCLO = str(BUILD / "smclo")
+# the launcher of each smclo column: this build's, and --against's
+LAUNCHERS = {"smclo": SMCLO}
 # the registry lives where smclo's default does: in memory, not on disk
 WORK = Path(tempfile.mkdtemp(prefix="smclo-bench-",
                              dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
@@ -121,11 +128,18 @@ def pinned(fn, server_cpu, client_cpu):
     return row
 
 
+def row_wanted(name, only):
+    """--only: rows whose name contains TEXT, or any of TEXT|TEXT...; a TEXT
+    of the form =NAME wants that row alone."""
+    return not only or any(name == alt[1:] if alt.startswith("=") else alt in name
+                           for alt in only.split("|"))
+
+
 def row_steps(runs, only, modes):
     """(run, row, mode) in the order they run: every round turns the order of
     modes(run) and rows filtered by --only; AF_UNIX only where a row has it."""
     return [(r, row, mode) for r in range(runs) for row in ROWS
-            if not (only and only not in row[0])
+            if row_wanted(row[0], only)
             for mode in modes(r) if mode != "unix" or getattr(row[6], "unix", True)]
 
 
@@ -142,22 +156,23 @@ class Run:
         # ends on TCP that do not spoil the figure: a client's connections
         # it closes unused (ab's last ones), an offer a server read late
         self.spoilers_allowed = spoilers_allowed
-        if mode == "smclo":
+        self.launcher = LAUNCHERS.get(mode)
+        if self.launcher:
             self.env.update(settings or {})
         self.registry = Path("/dev/shm/smclo") if defaults else WORK / "registry"
-        if mode == "smclo" and not defaults:
+        if self.launcher and not defaults:
             self.env["SMCLO_DIR"] = str(self.registry)
 
     def cmd(self, args, side):
         pin = ["taskset", "-c", str(PIN[0][side == "client"])] if PIN[0] else []
-        return ([SMCLO, "run", "--"] if self.mode == "smclo" else []) + pin + list(args)
+        return ([self.launcher, "run", "--"] if self.launcher else []) + pin + list(args)
 
     def accelerated(self):
         """(client ends accelerated, ends on TCP for a reason that spoils the
         figure, connections kept on TCP as short-lived on busy CPUs)."""
-        if self.mode != "smclo" or not self.registry.exists():
+        if not self.launcher or not self.registry.exists():
             return (0, 0, 0)
-        st = json.loads(subprocess.run([SMCLO, "stats", "--json"], env=self.env, check=True,
+        st = json.loads(subprocess.run([self.launcher, "stats", "--json"], env=self.env, check=True,
                                        capture_output=True, text=True).stdout)
         return (st["accelerated_client"], st["fallback_not_short_lived"],
                 st["fallback_by_reason"].get("short-lived", 0))
@@ -182,7 +197,7 @@ class Run:
         # a smclo figure counts only if its connections really went through shared
         # memory - or stayed on TCP because smclo judged them short-lived on busy
         # CPUs (payoff.h), which the report states
-        if self.mode == "smclo" and (after[0] == before[0] or
+        if self.launcher and (after[0] == before[0] or
                                      after[1] - before[1] > self.spoilers_allowed):
             raise RuntimeError("smclo run not accelerated (accelerated %s -> %s, fallbacks %s -> %s)"
                                % (before[0], after[0], before[1], after[1]))
@@ -486,11 +501,21 @@ def main():
     ap.add_argument("--quick", action="store_true", help="short runs, for trying the harness")
     ap.add_argument("--only-load", action="store_true",
                     help="just the rows beside busy loops (with --only: just those rows)")
-    ap.add_argument("--only", help="just the rows whose name contains this (no report written)")
+    ap.add_argument("--only", help="just the rows whose name contains this, or any of A|B, "
+                    "=NAME for one row exactly (no report written)")
+    ap.add_argument("--against", metavar="BUILD",
+                    help="another build directory of smclo, run as a fourth column (\"against\")")
     ap.add_argument("--seconds", type=float,
                     help="length of every run (default 10, 2 with --quick; rows beside busy "
                          "loops %d)" % LOADED_SECS)
     a = ap.parse_args()
+    if a.against:
+        launcher = os.path.join(a.against, "smclo")
+        if not os.access(launcher, os.X_OK):
+            ap.error("--against %s: no smclo launcher there (a build directory is wanted)"
+                     % a.against)
+        LAUNCHERS["against"] = os.path.abspath(launcher)
+        MODES.append("against")
     if a.only_load:
         secs = a.seconds or (2 if a.quick else LOADED_SECS)
         progress = Progress([secs + STEP_OVERHEAD] * len(loaded_steps(a.runs, a.only)))
@@ -501,8 +526,10 @@ def main():
     loaded_secs = a.seconds or LOADED_SECS
     # the order of modes turns every round, so no mode always runs right after another
     steps = row_steps(a.runs, a.only, lambda r: MODES[r % len(MODES):] + MODES[:r % len(MODES)])
+    if a.against and a.only is None:
+        ap.error("--against compares rows only: give --only too (\"\" for every row)")
     planned = [secs + STEP_OVERHEAD] * len(steps)
-    if not a.only:
+    if a.only is None:
         planned += [loaded_secs + STEP_OVERHEAD] * len(loaded_steps(a.runs))
         planned += [bench_seconds(a.runs), IDLE_SECONDS]
     progress = Progress(planned)
@@ -516,11 +543,16 @@ def main():
         results[name][mode].append(res)
         progress.say("run %d %-45s %-5s %12.2f %s  cpu %.2f s" % (r + 1, name, mode, res[0],
                                                                  unit, res[1]))
-    if a.only:
-        for name in results:
-            t, s = (med(results[name][m], 0) for m in ("tcp", "smclo"))
+    if a.only is not None:
+        for name, unit, hib, *_rest in ROWS:
+            t, s, o = (med(results[name].get(m), 0) for m in ("tcp", "smclo", "against"))
             if t and s:
                 print("%-45s smclo/TCP %.2fx (median of %d)" % (name, s / t, a.runs))
+            if s and o:
+                # above 1: this build is faster than the other
+                print("%-45s smclo %.2f against %.2f %s: %.3fx; CPU s %.2f against %.2f" % (
+                    name, s, o, unit, (s / o) if hib else (o / s),
+                    med(results[name]["smclo"], 1), med(results[name]["against"], 1)))
         return
     loaded = oversubscribed_rows(a.runs, loaded_secs, progress)
     loaded_bench = oversubscribed_bench(a.runs, progress)
