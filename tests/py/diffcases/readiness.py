@@ -70,21 +70,7 @@ class EpollLook:
             e.epoll_wait(label + " oneshot-rearmed", self.eps["oneshot"], 0)
 
 
-class ExclusiveEdgeLook(EpollLook):
-    """EPOLLEXCLUSIVE with EPOLLET, alone: the kernel tells one exclusive
-    registration of a socket of its events, not each (epoll(7)), so two in
-    one case would make TCP's own trace a lottery."""
-    MODES = (("exclusive-et", E_IN | E_OUT | EXCLUSIVE | ET),)
-
-    def look(self, label, timeout, again=True):
-        ep = self.eps["exclusive-et"]
-        self.e.epoll_wait(label + " exclusive-et", ep, timeout / 1000)
-        if again:
-            self.e.epoll_wait(label + " exclusive-et-again", ep, 0)
-
-
-LOOKS = {"poll": PollLook, "select": SelectLook, "epoll": EpollLook,
-         "epoll-exclusive-et": ExclusiveEdgeLook}
+LOOKS = {"poll": PollLook, "select": SelectLook, "epoll": EpollLook}
 
 
 # -- the states: (server, client(e, Look)) --------------------------------------
