@@ -34,6 +34,7 @@ struct client {
 	peerid via;             /* the inbox link an offer goes through (its region's key) */
 	char key[96];
 	int rendezvous;         /* our p/<key> socket, or -1 */
+	int pair_ahead;         /* the offer's pair was made ahead: both ends hidden */
 	int reuse_was_set;
 	int bound_by_us;
 };
@@ -324,7 +325,7 @@ static int offer_prepare(struct client *cl, struct shm_parts *p, int pair[2],
 	p->down = min_u32(lo->tx_size, cfg.rx_max);
 	p->region = region_get(cl->via, p->up, p->down, &fds[OFFER_FD_REGION]);
 	p->sh = shared_new();
-	if (!p->region || !p->sh || pairs_take(pair) < 0) {
+	if (!p->region || !p->sh || (cl->pair_ahead = pairs_take(pair)) < 0) {
 		install_parts_free(p);
 		return -1;
 	}
@@ -777,7 +778,9 @@ static int client_offer_prefix(struct client *cl, const struct sockaddr *sa, soc
 	}
 	m->accept.flags = CLC_OFFER_F_TCP_PREFIX;
 	*u = (struct hs_unsent){ .li = cl->listener, .via = cl->via, .m = *m,
-	                         .pair_end = io_keep_fd(pair[1]),
+	                         /* kept until the decision: hidden, as a pair
+	                          * made ahead already is */
+	                         .pair_end = cl->pair_ahead ? pair[1] : io_keep_fd(pair[1]),
 	                         .region_fd = fds[OFFER_FD_REGION] };
 	*rc = client_tcp_connect(cl, sa, len, &timed_out);
 	e = errno;

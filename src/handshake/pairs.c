@@ -65,7 +65,7 @@ int pairs_take(int pair[2])
 		if (p.euid == geteuid()) {
 			pair[0] = p.fd[0];
 			pair[1] = p.fd[1];
-			return 0;
+			return 1;
 		}
 		pair_close(p.fd);       /* made under another uid: not ours to offer now */
 	}

@@ -22,7 +22,9 @@
 
 /*
  * A pair for an offer: @pair[0] is ours, hidden, its send buffer sized for
- * doorbells (SIDE_SNDBUF); @pair[1] is the end to send.  0, or -1 with errno.
+ * doorbells (SIDE_SNDBUF); @pair[1] is the end to send.  1 if it was made
+ * ahead (then @pair[1] is hidden and ours too), 0 if made now (@pair[1] is
+ * where socketpair() put it), or -1 with errno.
  */
 int pairs_take(int pair[2]);
 

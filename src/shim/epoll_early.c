@@ -11,8 +11,9 @@
  * just before the switch, while the descriptor still names the TCP socket,
  * and made again right after on what the descriptor names now
  * (epoll_early_swap_begin/_end, the io_hooks the handshake calls around its
- * dup3), through a copy of the set's descriptor kept for it: the program
- * may close its own number of a set it still reaches by another.  A
+ * dup3), through a copy of the set's descriptor kept while registrations
+ * recorded in it last (one per set): the program may close its own number
+ * of a set it still reaches by another.  A
  * level-triggered registration reports what is ready at once; an
  * edge-triggered one gets the first edge a new registration gets.  Any
  * set that holds the descriptor is moved: sets of this process and sets
@@ -53,8 +54,9 @@
 
 struct early_reg {
 	int fd, epfd;                   /* the program's descriptors; epfd -1 once it closed it */
-	int set;                        /* our own copy of the set's descriptor: a set the
-	                                   program reaches by another number (dup) lives on */
+	int set;                        /* our copy of the set's descriptor (struct early_set):
+	                                   a set the program reaches by another number (dup)
+	                                   lives on */
 	struct epoll_event ev;
 	int moving;                     /* taken out of its set for the switch */
 	int bell;                       /* the pending connection's doorbell, watched
@@ -76,6 +78,66 @@ static _Atomic int n_bells;             /* doorbells watched, for a look without
 static pthread_mutex_t early_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct early_reg *regs;
 static int n_regs, cap_regs;
+
+/*
+ * The copies of the program's sets: one per set, shared by the
+ * registrations recorded in it, closed with the last of them.  An event
+ * loop adds, drops and adds a connection's socket again before it is
+ * decided (ab: for writing, then for reading); a copy of its own for each
+ * cost three system calls each time (dup, fstat, close).
+ */
+struct early_set {
+	int epfd;                       /* the program's number; -1 once it closed it */
+	int copy;                       /* ours */
+	int regs;                       /* registrations recorded through it */
+};
+static struct early_set *sets;
+static int n_sets, cap_sets;
+
+/* Our copy of set @epfd for one more registration, or -1. */
+static int set_copy_take(int epfd)
+{
+	int copy;
+
+	for (int i = 0; i < n_sets; i++)
+		if (sets[i].epfd == epfd) {
+			sets[i].regs++;
+			return sets[i].copy;
+		}
+	if (n_sets == cap_sets) {
+		int cap = cap_sets ? 2 * cap_sets : 4;
+		struct early_set *v = realloc(sets, (size_t)cap * sizeof(*v));
+		if (!v)
+			return -1;
+		sets = v;
+		cap_sets = cap;
+	}
+	if ((copy = fd_keep_copy(epfd, 0)) < 0)
+		return -1;
+	sets[n_sets++] = (struct early_set){ .epfd = epfd, .copy = copy, .regs = 1 };
+	return copy;
+}
+
+/* A registration through @copy is gone. */
+static void set_copy_put(int copy)
+{
+	for (int i = 0; i < n_sets; i++)
+		if (sets[i].copy == copy) {
+			if (--sets[i].regs == 0) {
+				sys_close(copy);
+				sets[i] = sets[--n_sets];
+			}
+			return;
+		}
+}
+
+/* The program closed its number @fd: a new set may get it. */
+static void set_copy_unname(int fd)
+{
+	for (int i = 0; i < n_sets; i++)
+		if (sets[i].epfd == fd)
+			sets[i].epfd = -1;
+}
 static _Atomic int n_moving;            /* registrations between swap_begin and _end */
 static _Atomic int n_regs_any;          /* n_regs, for a look without the lock */
 
@@ -118,7 +180,7 @@ static void bell_drop(struct early_reg *r)
 static void early_drop(int i)
 {
 	bell_drop(&regs[i]);
-	sys_close(regs[i].set);
+	set_copy_put(regs[i].set);
 	regs[i] = regs[--n_regs];
 	n_regs_any = n_regs;
 }
@@ -129,14 +191,14 @@ static int early_note(int epfd, int fd, const struct epoll_event *ev)
 	struct early_reg *r = early_find(epfd, fd);
 
 	if (!r) {
-		int set = fd_keep_copy(epfd, 0);
+		int set = set_copy_take(epfd);
 		if (set < 0)
 			return -1;
 		if (n_regs == cap_regs) {
 			int cap = cap_regs ? 2 * cap_regs : 16;
 			struct early_reg *v = realloc(regs, (size_t)cap * sizeof(*v));
 			if (!v) {
-				sys_close(set);
+				set_copy_put(set);
 				return -1;
 			}
 			regs = v;
@@ -189,6 +251,7 @@ void epoll_early_fd_closed(int fd)
 			regs[i].epfd = -1;      /* the set may live on under another number */
 		}
 	}
+	set_copy_unname(fd);
 	pthread_mutex_unlock(&early_lock);
 }
 

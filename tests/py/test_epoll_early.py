@@ -94,3 +94,66 @@ def test_a_set_a_fork_child_waits_in(reg, procs):
     wakes the child too."""
     out = run_case(reg, procs, ["forked", "lt"])
     assert out["forked"] == "woken" and out["echo"] == "ping", out
+
+
+# Three sockets registered before connect(): two in set A (one copy of A
+# serves both registrations), A's number then closed while the program still
+# reaches A by a dup, and a new set B made - at A's old number - for the
+# third.  Each set must be woken for its own sockets, and A never for the
+# third: a copy of A found by the number would move its registration there.
+SHARED = r"""
+import json, os, select, socket, sys, time
+port = int(sys.argv[1])
+
+
+seen = {}
+
+
+def wait_for(ep, bit, fd):
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        evs = ep.poll(0.05)
+        seen.setdefault(ep, set()).update(f for f, e in evs)
+        if any(f == fd and e & bit for f, e in evs):
+            return True
+    return False
+
+
+socks = [socket.socket() for _ in range(3)]
+for s in socks:
+    s.setblocking(False)
+a = select.epoll()
+for s in socks[:2]:
+    a.register(s.fileno(), select.EPOLLIN | select.EPOLLOUT)
+old = a.fileno()
+a2 = select.epoll.fromfd(os.dup(old))
+a.close()
+b = select.epoll()
+out = {"reused": b.fileno() == old}
+b.register(socks[2].fileno(), select.EPOLLIN | select.EPOLLOUT)
+for s in socks:
+    assert s.connect_ex(("127.0.0.1", port)) in (0, 115)
+for i, s in enumerate(socks):
+    ep = b if i == 2 else a2
+    out["out%d" % i] = wait_for(ep, select.EPOLLOUT, s.fileno())
+    s.send(b"ping%d" % i)
+    out["in%d" % i] = wait_for(ep, select.EPOLLIN, s.fileno())
+    out["echo%d" % i] = s.recv(16).decode()
+out["a-saw-b"] = socks[2].fileno() in seen.get(a2, set())
+print(json.dumps(out))
+"""
+
+
+def test_one_copy_per_set_and_a_number_reused(reg, procs):
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], reg.env)
+    wait_port(port, proc=srv)
+    r = reg.run([PY, "-c", SHARED, str(port)], timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = reg.wait_stats(lambda s: s["accelerated_client"] >= 3)
+    assert st["accelerated_client"] == 3 and st["fallback"] == 0, st
+    out = json.loads(r.stdout)
+    want = {"reused": True, "a-saw-b": False}
+    for i in range(3):
+        want.update({"out%d" % i: True, "in%d" % i: True, "echo%d" % i: "ping%d" % i})
+    assert out == want, out
