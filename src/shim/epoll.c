@@ -13,13 +13,21 @@
 
 /* ---- epoll (epoll_watch.c) ---------------------------------------------------- */
 
+/* A new set at @fd: what had the number before was closed unseen, if at all. */
+static void epoll_created(int fd)
+{
+	if (!smclo_active)
+		return;
+	epoll_watch_epoll_created(fd);
+	epoll_early_epoll_created(fd);
+}
+
 EXPORT int epoll_create(int size)
 {
 	REAL(epoll_create);
 	int fd = real_epoll_create(size);
 
-	if (smclo_active)
-		epoll_watch_epoll_created(fd);
+	epoll_created(fd);
 	return fd;
 }
 
@@ -28,8 +36,7 @@ EXPORT int epoll_create1(int flags)
 	REAL(epoll_create1);
 	int fd = real_epoll_create1(flags);
 
-	if (smclo_active)
-		epoll_watch_epoll_created(fd);
+	epoll_created(fd);
 	return fd;
 }
 

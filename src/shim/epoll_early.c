@@ -255,6 +255,18 @@ void epoll_early_fd_closed(int fd)
 	pthread_mutex_unlock(&early_lock);
 }
 
+void epoll_early_epoll_created(int epfd)
+{
+	if (epfd < 0 || !n_regs_any)
+		return;
+	pthread_mutex_lock(&early_lock);
+	for (int i = 0; i < n_regs; i++)
+		if (regs[i].epfd == epfd)
+			regs[i].epfd = -1;
+	set_copy_unname(epfd);
+	pthread_mutex_unlock(&early_lock);
+}
+
 void epoll_early_swap_begin(int fd)
 {
 	REAL(epoll_ctl);

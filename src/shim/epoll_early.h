@@ -11,6 +11,8 @@
 void epoll_early_ctl(int epfd, int op, int fd, const struct epoll_event *ev);
 /* @fd (a socket, or an epoll set) is being closed: forget its registrations. */
 void epoll_early_fd_closed(int fd);
+/* A new set got number @epfd: whatever had it before was closed unseen. */
+void epoll_early_epoll_created(int epfd);
 /*
  * io_hooks swap_begin/swap_end: around the handshake's dup3 of the doorbell
  * socket over @fd, take @fd's recorded registrations out of their sets while

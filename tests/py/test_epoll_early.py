@@ -6,6 +6,8 @@ The test_matrix row client-epoll-early runs nginx's own pattern on every
 handshake path; these are the corners of it."""
 import json
 
+import pytest
+
 from conftest import PY, free_port, wait_port
 
 PEER = __import__("os").path.join(__import__("os").path.dirname(__file__), "peer.py")
@@ -127,7 +129,11 @@ for s in socks[:2]:
     a.register(s.fileno(), select.EPOLLIN | select.EPOLLOUT)
 old = a.fileno()
 a2 = select.epoll.fromfd(os.dup(old))
-a.close()
+if sys.argv[2] == "unseen":     # closed by a raw system call: smclo never sees it
+    import ctypes
+    assert ctypes.CDLL(None).syscall(3, old) == 0   # SYS_close; a's object left alone
+else:
+    a.close()
 b = select.epoll()
 out = {"reused": b.fileno() == old}
 b.register(socks[2].fileno(), select.EPOLLIN | select.EPOLLOUT)
@@ -144,11 +150,14 @@ print(json.dumps(out))
 """
 
 
-def test_one_copy_per_set_and_a_number_reused(reg, procs):
+@pytest.mark.parametrize("close", ["close", "unseen"])
+def test_one_copy_per_set_and_a_number_reused(reg, procs, close):
+    """The set's number closed as programs do, or behind smclo's back (a
+    raw system call): the new set that gets the number is seen made."""
     port = free_port()
     srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], reg.env)
     wait_port(port, proc=srv)
-    r = reg.run([PY, "-c", SHARED, str(port)], timeout=60)
+    r = reg.run([PY, "-c", SHARED, str(port), close], timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     st = reg.wait_stats(lambda s: s["accelerated_client"] >= 3)
     assert st["accelerated_client"] == 3 and st["fallback"] == 0, st
