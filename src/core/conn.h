@@ -123,7 +123,9 @@ struct conn {
 	/* moved to TCP (move.c), and this process's descriptors are the TCP
 	 * socket now (handshake/moved.c) */
 	_Atomic int moved_here;
-	_Atomic uint32_t calls;         /* reads and writes that moved data (payoff.h) */
+	_Atomic uint32_t messages;      /* turns of direction among the reads and writes
+	                                   that moved data (payoff.h) */
+	_Atomic uint8_t last_dir;       /* the last of them: 0 none, CONN_READ, CONN_WRITE */
 	/*
 	 * A client connection whose inbox offer is not decided yet (client.c,
 	 * "pending"): the descriptor is still the TCP socket, writes that fit go
@@ -161,10 +163,21 @@ struct conn {
 	int pool_wake_fd;
 };
 
-/* One more read or write moved data: a lossy count, no locked instruction. */
-static inline void conn_count_call(struct conn *c)
+/*
+ * One more read or write (@dir: CONN_READ, CONN_WRITE) moved data.  Counted
+ * are the messages - the turns of direction: an answer read in eight
+ * pieces is one, as it is one for the peer that wrote it.  A lossy count,
+ * no locked instruction.
+ */
+#define CONN_READ  1
+#define CONN_WRITE 2
+static inline void conn_count_call(struct conn *c, uint8_t dir)
 {
-	atomic_store_explicit(&c->calls, atomic_load_explicit(&c->calls, memory_order_relaxed) + 1,
+	if (atomic_load_explicit(&c->last_dir, memory_order_relaxed) == dir)
+		return;
+	atomic_store_explicit(&c->last_dir, dir, memory_order_relaxed);
+	atomic_store_explicit(&c->messages,
+	                      atomic_load_explicit(&c->messages, memory_order_relaxed) + 1,
 	                      memory_order_relaxed);
 }
 

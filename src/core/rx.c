@@ -296,7 +296,7 @@ static void rx_took(struct conn *c, int fd, const struct rx_at *at, uint64_t pro
 	int refs = (int)(at->ref - sh->ref_cons);
 
 	rx_at_store(sh, at);
-	conn_count_call(c);
+	conn_count_call(c, CONN_READ);
 	if (c->slot)
 		atomic_fetch_add_explicit(&c->slot->rx_bytes, n, memory_order_relaxed);
 	after_consume(c, fd, prod, refs);

@@ -166,7 +166,7 @@ static void tx_published(struct conn *c, int fd, uint32_t n, uint64_t bytes)
 	struct conn_shared *sh = c->sh;
 
 	sh->prod += n;
-	conn_count_call(c);
+	conn_count_call(c, CONN_WRITE);
 	if (c->slot) {
 		atomic_fetch_add_explicit(&c->slot->tx_bytes, bytes, memory_order_relaxed);
 		c->slot->tx_fill = (uint32_t)(sh->prod - sh->peer_cons_seen);

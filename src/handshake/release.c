@@ -65,7 +65,7 @@ static void release_record_payoff(struct conn *c)
 	}
 	if (c->slot)
 		bytes = atomic_load(&c->slot->tx_bytes) + atomic_load(&c->slot->rx_bytes);
-	payoff_record(&c->peer, atomic_load_explicit(&c->calls, memory_order_relaxed), bytes);
+	payoff_record(&c->peer, atomic_load_explicit(&c->messages, memory_order_relaxed), bytes);
 }
 
 /* The last descriptor of this process for @c (@fd) is going away. */

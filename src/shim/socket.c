@@ -74,6 +74,7 @@ static int connect_answer(int fd, int rc)
 EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	REAL(connect);
+	int rc;
 
 	if (!smclo_active || !sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
 		return real_connect(fd, sa, len);
@@ -93,7 +94,18 @@ EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 	}
 	if (!is_tcp_socket(fd))
 		return real_connect(fd, sa, len);
-	return connect_answer(fd, hs_connect(fd, sa, len));
+	rc = connect_answer(fd, hs_connect(fd, sa, len));
+	/*
+	 * Left on TCP (short-lived, no listener of ours, a fall-back): the
+	 * socket is the kernel's from now on.  A later connect() - the one an
+	 * event loop makes to learn that its non-blocking connect completed, a
+	 * retry after EINTR - must get the kernel's answer, not start a
+	 * handshake on a connection that is already up: that one said
+	 * EINPROGRESS again, and ab counted a failed connection.
+	 */
+	if (!fd_has_conn(fd))
+		fd_clear_flags(fd, FDF_TCP);
+	return rc;
 }
 
 /* A listener taking connections without TCP (direct.c): one of those, or

@@ -13,8 +13,10 @@
 
 The helpers are imported by the other peers of the suite (slowpeer.py).
 """
+import errno
 import os
 import random
+import select
 import socket
 import sys
 import threading
@@ -36,6 +38,24 @@ def connect(host, port):
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     c = socket.socket(fam, socket.SOCK_STREAM)
     c.connect((host, port))
+    return c
+
+
+def connect_nonblocking(host, port):
+    """connect() as an event loop makes it: None if the second call fails."""
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    c = socket.socket(fam, socket.SOCK_STREAM)
+    c.setblocking(False)
+    first = c.connect_ex((host, port))
+    if first == errno.EINPROGRESS:
+        select.select([], [c], [], 5)
+        if c.connect_ex((host, port)) not in (0, errno.EISCONN):
+            c.close()
+            return None
+    elif first != 0:
+        c.close()
+        return None
+    c.setblocking(True)
     return c
 
 
@@ -122,13 +142,22 @@ def main():
             bad += exchange(c, data) != data
             c.close()
         print("bad", bad, flush=True)
-    elif role in ("short", "chatty"):
-        # a connection per request: one 100-byte round trip ("short"), or ten
+    elif role in ("short", "short-nb", "chatty", "bulk", "bulk-long"):
+        # a connection per request: one 100-byte round trip ("short"), or
+        # ten; one round trip of 50 KB ("bulk") or of 300 KB ("bulk-long");
+        # "short-nb" connects as event loops do (ab): non-blocking, then
+        # connect() again once the socket is writable, which must say 0 or
+        # EISCONN - any other answer is a failed connection
         bad = 0
+        trips = 10 if role == "chatty" else 1
+        size = {"bulk": 50000, "bulk-long": 300000}.get(role, 100)
         for _ in range(int(sys.argv[4])):
-            c = connect(host, port)
-            for _ in range(1 if role == "short" else 10):
-                data = os.urandom(100)
+            c = connect(host, port) if role != "short-nb" else connect_nonblocking(host, port)
+            if c is None:
+                bad += 1
+                continue
+            for _ in range(trips):
+                data = os.urandom(size)
                 c.sendall(data)
                 got = b""
                 while len(got) < len(data):
