@@ -23,17 +23,19 @@
 
 /*
  * Short: at most two round trips (four messages: turns of direction, so an
- * answer read in many pieces is one) and 256 KiB.  Under load a message
- * through the ring saves roughly 10 us of CPU against TCP, and a byte about
- * 0.24 ns; the handshake costs 35 us more in smclo bench, and a connection
- * per request to apache2 (one request, a 50 KB answer) 130-190 us more of
- * both ends' CPU accelerated than on TCP (docs/performance.md): below this
- * a connection of one or two round trips does not pay for its set-up.
- * More round trips pay from about four messages on; the bar is set at
- * that, not above, so that chatty connections stay fast.
+ * answer read in many pieces is one) and 16 KiB.  Under load a message
+ * through the ring saves roughly 10 us of CPU against TCP, and the
+ * handshake costs about 35 us more, so a connection pays from about four
+ * messages on; the bar is set at that, not above, so that chatty
+ * connections stay fast.  By CPU alone the byte bar would be higher (a
+ * connection per request to apache2 with a 50 KB answer costs both ends
+ * 130-190 us more accelerated, docs/performance.md), but a threaded server
+ * under such a load makes the CPUs look busy by itself (cpus_busy), and its
+ * connections are to be accelerated there: tried at 256 KiB, apache2's own
+ * load kept half of them on TCP.
  */
 #define SHORT_MESSAGES 4u
-#define SHORT_BYTES    (256u << 10)
+#define SHORT_BYTES    (16u << 10)
 #define SHORT_STREAK   8u       /* short ones in a row before we believe it */
 #define PROBE_EVERY    256u     /* one connection in this many is tried anyway, */
 #define PROBE_GAP_MS   250u     /* and not more often than this: a probe costs a wait */

@@ -144,13 +144,15 @@ def main():
         print("bad", bad, flush=True)
     elif role in ("short", "short-nb", "chatty", "bulk", "bulk-long"):
         # a connection per request: one 100-byte round trip ("short"), or
-        # ten; one round trip of 50 KB ("bulk") or of 300 KB ("bulk-long");
+        # ten; one round trip of 6000 bytes read in pieces of 1000 ("bulk")
+        # or of 300 KB ("bulk-long");
         # "short-nb" connects as event loops do (ab): non-blocking, then
         # connect() again once the socket is writable, which must say 0 or
         # EISCONN - any other answer is a failed connection
         bad = 0
         trips = 10 if role == "chatty" else 1
-        size = {"bulk": 50000, "bulk-long": 300000}.get(role, 100)
+        size = {"bulk": 6000, "bulk-long": 300000}.get(role, 100)
+        piece = 1000 if role == "bulk" else 1 << 20
         for _ in range(int(sys.argv[4])):
             c = connect(host, port) if role != "short-nb" else connect_nonblocking(host, port)
             if c is None:
@@ -161,7 +163,7 @@ def main():
                 c.sendall(data)
                 got = b""
                 while len(got) < len(data):
-                    d = c.recv(len(data) - len(got))
+                    d = c.recv(min(piece, len(data) - len(got)))
                     if not d:
                         break
                     got += d

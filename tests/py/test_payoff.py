@@ -4,10 +4,9 @@ one CPU on the process's cgroup or its parent.  A client whose connections to a
 server each carry one small round trip stops offering after a few, says why
 (`short-lived`), and keeps trying one now and then; what the clients learn
 is shared through the registry, so processes that make one connection each
-learn from each other; one round trip of 50 KB is short too (the answer
-read in pieces is one message), while connections that carry more round
-trips or more bytes are accelerated regardless, and SMCLO_SHORT_LIVED=0
-accelerates all.  All of that is about
+learn from each other; an answer read in pieces is one message, while
+connections that carry more round trips or more bytes are accelerated
+regardless, and SMCLO_SHORT_LIVED=0 accelerates all.  All of that is about
 connections set up over TCP: the servers here take none without
 (SMCLO_DIRECT=0), except the last test's, whose connections cost less than
 TCP's to set up and so are never kept on it."""
@@ -171,10 +170,9 @@ def test_connections_that_carry_more_stay_accelerated(reg, procs, busy_cpus):
     assert st["accelerated_client"] == 100 and st["fallback"] == 0, st
 
 
-def test_one_round_trip_of_50_kb_stays_on_tcp_while_cpus_are_busy(reg, procs, busy_cpus):
-    # one request and its answer, as a connection per request to a web
-    # server carries: the answer read in pieces is one message, and 100 KB
-    # do not pay for the set-up (payoff.c)
+def test_an_answer_read_in_pieces_is_one_message(reg, procs, busy_cpus):
+    # one request and its answer (6000 bytes each way, 12 KB in all), the
+    # answer read in six pieces: seven calls, two messages - short (payoff.c)
     st = run_clients(reg, procs, "bulk", 100, "1")
     short = st["fallback_by_reason"].get("short-lived", 0)
     assert st["accelerated_client"] >= 8 and short >= 50, st
