@@ -32,7 +32,7 @@ void shim_forget_fd(int fd)
 		return;
 	if (f & (FDF_WATCHED | FDF_EPOLL))
 		epoll_watch_fd_closed(fd);
-	if ((f & FDF_EPOLL) || fd_epoll_early_count(fd))
+	if ((f & FDF_EPOLL) || fd_epoll_early_count(fd) || epoll_early_names_set(fd))
 		epoll_early_fd_closed(fd);
 	if (f & FDF_PENDING)
 		hs_resolve_fd(fd);      /* bytes written while undecided must arrive */

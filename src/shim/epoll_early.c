@@ -240,19 +240,48 @@ void epoll_early_ctl(int epfd, int op, int fd, const struct epoll_event *ev)
 		fd_add_flags(fd, FDF_EPOLL_LOST);
 }
 
-void epoll_early_fd_closed(int fd)
+/* Drop the registrations recorded for socket @fd.  Lock held. */
+static void early_forget_socket(int fd)
 {
-	pthread_mutex_lock(&early_lock);
-	for (int i = n_regs - 1; i >= 0; i--) {
+	for (int i = n_regs - 1; i >= 0; i--)
 		if (regs[i].fd == fd) {
 			n_moving -= regs[i].moving;
 			early_drop(i);
-		} else if (regs[i].epfd == fd) {
-			regs[i].epfd = -1;      /* the set may live on under another number */
 		}
-	}
+}
+
+void epoll_early_fd_closed(int fd)
+{
+	pthread_mutex_lock(&early_lock);
+	early_forget_socket(fd);
+	for (int i = 0; i < n_regs; i++)
+		if (regs[i].epfd == fd)
+			regs[i].epfd = -1;      /* the set may live on under another number */
 	set_copy_unname(fd);
 	pthread_mutex_unlock(&early_lock);
+}
+
+int epoll_early_names_set(int fd)
+{
+	int named = 0;
+
+	if (!atomic_load_explicit(&n_regs_any, memory_order_relaxed))
+		return 0;
+	pthread_mutex_lock(&early_lock);
+	for (int i = 0; i < n_sets && !named; i++)
+		named = sets[i].epfd == fd;
+	pthread_mutex_unlock(&early_lock);
+	return named;
+}
+
+void epoll_early_forget(int fd)
+{
+	if (!fd_epoll_early_count(fd))
+		return;
+	pthread_mutex_lock(&early_lock);
+	early_forget_socket(fd);
+	pthread_mutex_unlock(&early_lock);
+	fd_epoll_early(fd, 0);
 }
 
 void epoll_early_epoll_created(int epfd)

@@ -14,6 +14,15 @@ void epoll_early_fd_closed(int fd);
 /* A new set got number @epfd: whatever had it before was closed unseen. */
 void epoll_early_epoll_created(int epfd);
 /*
+ * Whether @fd names a set a copy was kept of: a close of it must reach
+ * epoll_early_fd_closed even where the number carries no FDF_EPOLL (a dup
+ * of a set, one inherited across exec).
+ */
+int epoll_early_names_set(int fd);
+/* Socket @fd was left on TCP at its connect(): no switch will move its
+ * registrations, whose records go. */
+void epoll_early_forget(int fd);
+/*
  * io_hooks swap_begin/swap_end: around the handshake's dup3 of the doorbell
  * socket over @fd, take @fd's recorded registrations out of their sets while
  * it still names the TCP socket, then make them again on what it names now.

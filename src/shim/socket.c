@@ -5,6 +5,7 @@
  * descriptor answers like a TCP socket through fd/sockopt.c.
  */
 #include "shim.h"
+#include "epoll_early.h"
 
 #include "addr.h"
 #include "sockopt.h"
@@ -71,6 +72,32 @@ static int connect_answer(int fd, int rc)
 	return rc;
 }
 
+/* Did connect() leave a connection up or on its way (not a failure the
+ * program may retry on the same socket)?  errno as connect() left it. */
+static int connect_under_way(int rc)
+{
+	return rc == 0 || errno == EINPROGRESS || errno == EALREADY || errno == EINTR ||
+	       errno == EISCONN;
+}
+
+/*
+ * Left on TCP (short-lived, no listener of ours, a fall-back) with its
+ * connection up or on its way: the socket is the kernel's from now on.  A
+ * later connect() - the one an event loop makes to learn that its
+ * non-blocking connect completed, a retry after EINTR - must get the
+ * kernel's answer, not start a handshake on a connection that is already
+ * up: that one said EINPROGRESS again, and ab counted a failed connection.
+ * Its epoll registrations made before need no records any more.
+ */
+static void connect_left_on_tcp(int fd)
+{
+	int e = errno;
+
+	fd_clear_flags(fd, FDF_TCP);
+	epoll_early_forget(fd);
+	errno = e;
+}
+
 EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	REAL(connect);
@@ -95,16 +122,8 @@ EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len)
 	if (!is_tcp_socket(fd))
 		return real_connect(fd, sa, len);
 	rc = connect_answer(fd, hs_connect(fd, sa, len));
-	/*
-	 * Left on TCP (short-lived, no listener of ours, a fall-back): the
-	 * socket is the kernel's from now on.  A later connect() - the one an
-	 * event loop makes to learn that its non-blocking connect completed, a
-	 * retry after EINTR - must get the kernel's answer, not start a
-	 * handshake on a connection that is already up: that one said
-	 * EINPROGRESS again, and ab counted a failed connection.
-	 */
-	if (!fd_has_conn(fd))
-		fd_clear_flags(fd, FDF_TCP);
+	if (!fd_has_conn(fd) && connect_under_way(rc))
+		connect_left_on_tcp(fd);
 	return rc;
 }
 

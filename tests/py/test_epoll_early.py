@@ -166,3 +166,58 @@ def test_one_copy_per_set_and_a_number_reused(reg, procs, close):
     for i in range(3):
         want.update({"out%d" % i: True, "in%d" % i: True, "echo%d" % i: "ping%d" % i})
     assert out == want, out
+
+
+# The set's number a dup, closed and given by another dup to a second set
+# (no epoll_create between, and a dup carries no mark of a set): the copy
+# kept for the first must not serve the second.
+DUPSET = r"""
+import json, os, select, socket, sys, time
+port = int(sys.argv[1])
+seen = {}
+
+
+def wait_for(ep, bit, fd):
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        evs = ep.poll(0.05)
+        seen.setdefault(ep, set()).update(f for f, e in evs)
+        if any(f == fd and e & bit for f, e in evs):
+            return True
+    return False
+
+
+socks = [socket.socket() for _ in range(2)]
+for s in socks:
+    s.setblocking(False)
+a, b = select.epoll(), select.epoll()
+ad = select.epoll.fromfd(os.dup(a.fileno()))
+ad.register(socks[0].fileno(), select.EPOLLIN | select.EPOLLOUT)
+num = ad.fileno()
+ad.close()
+bd = select.epoll.fromfd(os.dup(b.fileno()))
+out = {"reused": bd.fileno() == num}
+bd.register(socks[1].fileno(), select.EPOLLIN | select.EPOLLOUT)
+for s in socks:
+    assert s.connect_ex(("127.0.0.1", port)) in (0, 115)
+for i, (s, ep) in enumerate(((socks[0], a), (socks[1], b))):
+    out["out%d" % i] = wait_for(ep, select.EPOLLOUT, s.fileno())
+    s.send(b"ping%d" % i)
+    out["in%d" % i] = wait_for(ep, select.EPOLLIN, s.fileno())
+    out["echo%d" % i] = s.recv(16).decode()
+out["a-saw-b"] = socks[1].fileno() in seen.get(a, set())
+print(json.dumps(out))
+"""
+
+
+def test_a_set_number_given_by_dup_to_another_set(reg, procs):
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], reg.env)
+    wait_port(port, proc=srv)
+    r = reg.run([PY, "-c", DUPSET, str(port)], timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = reg.wait_stats(lambda s: s["accelerated_client"] >= 2)
+    assert st["accelerated_client"] == 2 and st["fallback"] == 0, st
+    out = json.loads(r.stdout)
+    assert out == {"reused": True, "a-saw-b": False, "out0": True, "in0": True,
+                   "echo0": "ping0", "out1": True, "in1": True, "echo1": "ping1"}, out
