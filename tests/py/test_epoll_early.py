@@ -98,16 +98,11 @@ def test_a_set_a_fork_child_waits_in(reg, procs):
     assert out["forked"] == "woken" and out["echo"] == "ping", out
 
 
-# Three sockets registered before connect(): two in set A (one copy of A
-# serves both registrations), A's number then closed while the program still
-# reaches A by a dup, and a new set B made - at A's old number - for the
-# third.  Each set must be woken for its own sockets, and A never for the
-# third: a copy of A found by the number would move its registration there.
-SHARED = r"""
+# The start of the scripts below: wait_for() also notes every descriptor a
+# set reported (seen), to tell a set woken for a socket it does not hold.
+WAITER = r"""
 import json, os, select, socket, sys, time
 port = int(sys.argv[1])
-
-
 seen = {}
 
 
@@ -121,6 +116,27 @@ def wait_for(ep, bit, fd):
     return False
 
 
+# connect each (socket, set) pair's socket, then through its set: writable,
+# a ping, readable, the echo
+def ping_each(pairs):
+    out = {}
+    for s, _ in pairs:
+        assert s.connect_ex(("127.0.0.1", port)) in (0, 115)
+    for i, (s, ep) in enumerate(pairs):
+        out["out%d" % i] = wait_for(ep, select.EPOLLOUT, s.fileno())
+        s.send(b"ping%d" % i)
+        out["in%d" % i] = wait_for(ep, select.EPOLLIN, s.fileno())
+        out["echo%d" % i] = s.recv(16).decode()
+    return out
+
+"""
+
+# Three sockets registered before connect(): two in set A (one copy of A
+# serves both registrations), A's number then closed while the program still
+# reaches A by a dup, and a new set B made - at A's old number - for the
+# third.  Each set must be woken for its own sockets, and A never for the
+# third: a copy of A found by the number would move its registration there.
+SHARED = WAITER + r"""
 socks = [socket.socket() for _ in range(3)]
 for s in socks:
     s.setblocking(False)
@@ -137,31 +153,30 @@ else:
 b = select.epoll()
 out = {"reused": b.fileno() == old}
 b.register(socks[2].fileno(), select.EPOLLIN | select.EPOLLOUT)
-for s in socks:
-    assert s.connect_ex(("127.0.0.1", port)) in (0, 115)
-for i, s in enumerate(socks):
-    ep = b if i == 2 else a2
-    out["out%d" % i] = wait_for(ep, select.EPOLLOUT, s.fileno())
-    s.send(b"ping%d" % i)
-    out["in%d" % i] = wait_for(ep, select.EPOLLIN, s.fileno())
-    out["echo%d" % i] = s.recv(16).decode()
+out.update(ping_each([(socks[0], a2), (socks[1], a2), (socks[2], b)]))
 out["a-saw-b"] = socks[2].fileno() in seen.get(a2, set())
 print(json.dumps(out))
 """
+
+
+def run_script(reg, procs, script, conns, *args):
+    """@script's output, against an echo server; its @conns connections
+    all accelerated."""
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], reg.env)
+    wait_port(port, proc=srv)
+    r = reg.run([PY, "-c", script, str(port), *args], timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = reg.wait_stats(lambda s: s["accelerated_client"] >= conns)
+    assert st["accelerated_client"] == conns and st["fallback"] == 0, st
+    return json.loads(r.stdout)
 
 
 @pytest.mark.parametrize("close", ["close", "unseen"])
 def test_one_copy_per_set_and_a_number_reused(reg, procs, close):
     """The set's number closed as programs do, or behind smclo's back (a
     raw system call): the new set that gets the number is seen made."""
-    port = free_port()
-    srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], reg.env)
-    wait_port(port, proc=srv)
-    r = reg.run([PY, "-c", SHARED, str(port), close], timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
-    st = reg.wait_stats(lambda s: s["accelerated_client"] >= 3)
-    assert st["accelerated_client"] == 3 and st["fallback"] == 0, st
-    out = json.loads(r.stdout)
+    out = run_script(reg, procs, SHARED, 3, close)
     want = {"reused": True, "a-saw-b": False}
     for i in range(3):
         want.update({"out%d" % i: True, "in%d" % i: True, "echo%d" % i: "ping%d" % i})
@@ -171,22 +186,7 @@ def test_one_copy_per_set_and_a_number_reused(reg, procs, close):
 # The set's number a dup, closed and given by another dup to a second set
 # (no epoll_create between, and a dup carries no mark of a set): the copy
 # kept for the first must not serve the second.
-DUPSET = r"""
-import json, os, select, socket, sys, time
-port = int(sys.argv[1])
-seen = {}
-
-
-def wait_for(ep, bit, fd):
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        evs = ep.poll(0.05)
-        seen.setdefault(ep, set()).update(f for f, e in evs)
-        if any(f == fd and e & bit for f, e in evs):
-            return True
-    return False
-
-
+DUPSET = WAITER + r"""
 socks = [socket.socket() for _ in range(2)]
 for s in socks:
     s.setblocking(False)
@@ -198,26 +198,13 @@ ad.close()
 bd = select.epoll.fromfd(os.dup(b.fileno()))
 out = {"reused": bd.fileno() == num}
 bd.register(socks[1].fileno(), select.EPOLLIN | select.EPOLLOUT)
-for s in socks:
-    assert s.connect_ex(("127.0.0.1", port)) in (0, 115)
-for i, (s, ep) in enumerate(((socks[0], a), (socks[1], b))):
-    out["out%d" % i] = wait_for(ep, select.EPOLLOUT, s.fileno())
-    s.send(b"ping%d" % i)
-    out["in%d" % i] = wait_for(ep, select.EPOLLIN, s.fileno())
-    out["echo%d" % i] = s.recv(16).decode()
+out.update(ping_each([(socks[0], a), (socks[1], b)]))
 out["a-saw-b"] = socks[1].fileno() in seen.get(a, set())
 print(json.dumps(out))
 """
 
 
 def test_a_set_number_given_by_dup_to_another_set(reg, procs):
-    port = free_port()
-    srv = procs.start([PY, PEER, "echo-many", "127.0.0.1", str(port)], reg.env)
-    wait_port(port, proc=srv)
-    r = reg.run([PY, "-c", DUPSET, str(port)], timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
-    st = reg.wait_stats(lambda s: s["accelerated_client"] >= 2)
-    assert st["accelerated_client"] == 2 and st["fallback"] == 0, st
-    out = json.loads(r.stdout)
+    out = run_script(reg, procs, DUPSET, 2)
     assert out == {"reused": True, "a-saw-b": False, "out0": True, "in0": True,
                    "echo0": "ping0", "out1": True, "in1": True, "echo1": "ping1"}, out
