@@ -39,7 +39,12 @@ def test_server_closing_first_keeps_the_clients_region(reg, procs):
     conns = st["accelerated_server"]
     assert conns >= 100 and st["fallback"] == 0, st
     assert st["peer_regions_mapped"] + st["peer_regions_kept"] == conns, st
-    assert st["peer_regions_mapped"] <= 8, st
+    # the client keeps 8 idle regions of its own (KEEP_MINE); one still in
+    # use when it connects again (the server's close not seen yet: a busy
+    # machine) makes it a new one, and the server maps that once - a few
+    # more, never one per connection (about 8000 in this half second).
+    # 8 exactly failed here in 3 of 16 runs of the build before 2026-11-29
+    assert st["peer_regions_mapped"] <= 16, st
 
 
 # Sequential connections to an echo server, then a count of this process's
