@@ -146,6 +146,12 @@ static int lowat_reached(struct conn *c, uint64_t peer_cons)
 	       c->sh->bell_last_val - peer_cons < lowat;
 }
 
+static void bell_skipped(struct conn *c)
+{
+	if (c->slot)
+		atomic_fetch_add_explicit(&c->slot->bells_skipped, 1, memory_order_relaxed);
+}
+
 void bell_after_produce(struct conn *c, int fd)
 {
 	struct conn_shared *sh = c->sh;
@@ -158,6 +164,14 @@ void bell_after_produce(struct conn *c, int fd)
 
 	if (bells_outstanding(c) >= BELL_LOG - 1)
 		return;                 /* the reader has plenty queued already */
+	/* a reader watching for all we wrote since the cursor we saw last is
+	 * watching for what is unread now: its cursor's line, which it writes
+	 * as it reads, is left alone (a round trip of a cache line saved) */
+	if ((int64_t)(sh->ref_end - sh->peer_cons_seen) <= 0 &&
+	    reader_watching(c, sh->prod - sh->peer_cons_seen)) {
+		bell_skipped(c);
+		return;
+	}
 	/* pairs with the reader's publish-cons-then-load-prod (Dekker) */
 	peer_cons = atomic_load_explicit(&c->rx->cons, memory_order_seq_cst);
 	if (sh->bell_seq != 0 && sh->bell_last_val > peer_cons &&
@@ -170,8 +184,7 @@ void bell_after_produce(struct conn *c, int fd)
 	 * byte of ring: no read's promise to take it all can be checked */
 	if (reader_watching(c, (int64_t)(sh->ref_end - peer_cons) > 0 ? UINT64_MAX
 	                                                             : sh->prod - peer_cons)) {
-		if (c->slot)
-			atomic_fetch_add_explicit(&c->slot->bells_skipped, 1, memory_order_relaxed);
+		bell_skipped(c);
 		return;
 	}
 	bell_send_once(c, fd, 1);

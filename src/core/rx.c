@@ -68,7 +68,6 @@ static int pool_waits(const struct conn *c)
 static void after_consume(struct conn *c, int fd, uint64_t prod, int refs_done)
 {
 	struct conn_shared *sh = c->sh;
-	int writer_blocked = atomic_load_explicit(&c->rx->write_blocked, memory_order_relaxed);
 
 	if (c->slot)
 		c->slot->rx_fill = (uint32_t)(prod - sh->cons);
@@ -95,7 +94,8 @@ static void after_consume(struct conn *c, int fd, uint64_t prod, int refs_done)
 		publish_cons(c);
 		if (rx_peer_prod(c, &again) == 0 && again == sh->cons)
 			bell_drain(c, fd, 0);   /* empty: stale doorbells go */
-	} else if (writer_blocked && sh->cons - sh->cons_woke >= c->rx_size / 4) {
+	} else if (atomic_load_explicit(&c->rx->write_blocked, memory_order_relaxed) &&
+	           sh->cons - sh->cons_woke >= c->rx_size / 4) {
 		/* wake a blocked writer only for real room, as the kernel does:
 		 * waking it for every small read costs a doorbell storm */
 		publish_cons(c);
@@ -388,6 +388,13 @@ static int rx_spin(struct conn *c, size_t take, int futex, uint32_t *seq)
 	atomic_store_explicit(&c->tx->spin_take, (uint32_t)take, memory_order_seq_cst);
 	changed = spin_for_change(atomic_load_explicit(&sh->nonblock, memory_order_relaxed),
 	                          io_spin_peer_cpu(c), &c->rx->prod, sh->cons, &c->rx->flags);
+	if (changed) {
+		/* the bytes' line is on its way while the read makes ready */
+		__builtin_prefetch(ring_data_ro(c->rx) + (sh->cons & (c->rx_size - 1)));
+		/* no sleep follows: no promise to leave, only the offer to take back */
+		atomic_store_explicit(&c->tx->spin_take, 0, memory_order_release);
+		return LOOK_AGAIN;
+	}
 	if (futex) {
 		*seq = atomic_load_explicit(&c->tx->wake_seq, memory_order_seq_cst);
 		futex = atomic_compare_exchange_strong(&c->tx->futex_take, &none, (uint32_t)take);

@@ -62,13 +62,15 @@ static long tx_space(struct conn *c, int fd, uint32_t want, int dontwait)
 	int filled = 0, spun = 0;
 
 	for (;;) {
-		uint64_t pc;
-		uint32_t space;
+		uint64_t pc = sh->peer_cons_seen;
+		uint32_t space = ring_space(sh->prod, pc, c->tx_size);
 		int err = tx_error(c);
 
 		if (err)
 			return -err;
-		if (peer_cons(c, &pc) < 0)
+		/* the reader's cursor line is the one it writes as it reads:
+		 * fetched only when the last one seen leaves too little room */
+		if (space < want && peer_cons(c, &pc) < 0)
 			return -ECONNRESET;
 		space = ring_space(sh->prod, pc, c->tx_size);
 		if (space >= want) {

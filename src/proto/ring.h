@@ -10,6 +10,15 @@
  * sleepers) and the doorbell log.  Both sides can write the whole region, so
  * every field is only the peer's word.
  *
+ * The header is laid out in cache lines by who writes what how often: the
+ * producer line (the owner writes it per message, the peer's reader spins
+ * on it), the consumer line (the owner writes it per read; the writer
+ * fetches it only when it runs short of room or rings), the promise line
+ * (the owner's waits write it, the writer looks at it after each produce)
+ * and the doorbell log.  A line both sides write per message goes back and
+ * forth between their CPUs, at about 130 ns a trip on a small VM: one
+ * such trip saved is a tenth of a ping-pong's round trip.
+ *
  * Cursors are 64-bit byte counts that only grow; the position in the data
  * area is the cursor modulo the (power of two) size, so wrap-around of both
  * the position and the 64-bit counter itself is plain unsigned arithmetic.
@@ -24,7 +33,7 @@
 #include <sys/uio.h>
 
 #define RING_MAGIC      0x4f4c4d53u   /* "SMLO" */
-#define RING_VERSION    1u
+#define RING_VERSION    2u   /* 2: the promise line apart from the consumer cursor */
 #define RING_HDR_SIZE   4096u
 #define RING_MIN_SIZE   (16u << 10)
 #define RING_MAX_SIZE   (16u << 20)
@@ -60,9 +69,16 @@ struct ring_hdr {
 	_Atomic uint32_t pool_wake_wanted;  /* 1: the owner has pool buffers out and has
 	                                       not looked since: the peer's next release
 	                                       wakes it (and clears this) */
-	/* consumer line: the owner's progress on the peer's stream */
+	/* consumer line: the owner's progress on the peer's stream (the
+	 * writer reads it when it runs short of room, or rings) */
 	_Alignas(64) _Atomic uint64_t cons;
-	_Atomic uint32_t write_blocked;     /* owner waits for space: drain bells */
+	_Atomic uint32_t cpu;               /* the CPU the owner last read or wrote on,
+	                                       plus one (0: not known): a waiter spins
+	                                       only while its peer runs elsewhere (spin.h) */
+	/* promise line: what the owner's waits promise the writer, which looks
+	 * at it after every produce; a line apart from the cursor, so that a
+	 * reader's cursor moves without taking the line back from the writer */
+	_Alignas(64) _Atomic uint32_t write_blocked;     /* owner waits for space: drain bells */
 	_Atomic uint32_t spin_take;         /* owner is spinning in a blocking read that
 	                                       takes up to this many bytes (0: not) */
 	_Atomic uint32_t watchers;          /* owner's epoll waits watching this ring:
@@ -84,9 +100,6 @@ struct ring_hdr {
 	_Atomic uint32_t lowat;             /* the owner's SO_RCVLOWAT (0, 1: none): it
 	                                       wants a doorbell when the bytes it has not
 	                                       read reach it, as TCP wakes its reader */
-	_Atomic uint32_t cpu;               /* the CPU the owner last read or wrote on,
-	                                       plus one (0: not known): a waiter spins
-	                                       only while its peer runs elsewhere (spin.h) */
 	/* doorbells the owner sent (value = owner's prod when it rang) */
 	_Alignas(64) _Atomic uint64_t bell_seq;
 	_Atomic uint64_t bells_drained;     /* doorbells the owner consumed */

@@ -62,8 +62,10 @@ import time
 
 CLC_MAGIC, CLC_VERSION = 0x434C4353, 2
 ACCEPT, CONFIRM, DECLINE, OFFER, DIRECT = 2, 3, 4, 5, 6
-RING_MAGIC, HDR = 0x4F4C4D53, 4096
-OFFER_WORD = 512                      # offsetof(struct ring_hdr, offer)
+RING_MAGIC, RING_VERSION, HDR = 0x4F4C4D53, 2, 4096
+# struct ring_hdr (src/proto/ring.h): offsets within a ring header
+PROD, CONS, BELL_SEQ, BELL_VAL = 64, 128, 256, 272
+REF_PROD, POOL_ACK, OFFER_WORD, REFS = 88, 216, 576, 640
 OFFER_OPEN, OFFER_TAKEN = 1, 3
 INBOX_ID, DIRECT_ID = 0x5eed, 0xd1ec7
 SO_NETNS_COOKIE = 71
@@ -94,7 +96,7 @@ def parse(msg):
 
 
 def ring_hdr(size):
-    return struct.pack("<IIII", RING_MAGIC, 1, size, HDR)
+    return struct.pack("<IIII", RING_MAGIC, RING_VERSION, size, HDR)
 
 
 def poke(region, off, fmt, value):
@@ -146,8 +148,8 @@ def inbox_server(reg, port, attack):
     print("taken", flush=True)
     pair.recv(1, socket.MSG_PEEK)                         # the client's first doorbell
     down_hdr = HDR + up
-    poke(region, down_hdr + 64, "<Q", 1 << 62)            # our producer cursor
-    poke(region, down_hdr + 192, "<Q", 1)                 # one doorbell counted
+    poke(region, down_hdr + PROD, "<Q", 1 << 62)            # our producer cursor
+    poke(region, down_hdr + BELL_SEQ, "<Q", 1)                 # one doorbell counted
     pair.send(b"")
     time.sleep(3)
     os.close(lock)
@@ -262,10 +264,10 @@ def server(reg, port, attack):
     print("confirmed", flush=True)
     mine.recv(1, socket.MSG_PEEK)                         # the client's first doorbell
     if attack == "prod":
-        poke(region, down_hdr + 64, "<Q", 1 << 62)        # our producer cursor
-        poke(region, down_hdr + 192, "<Q", 1)             # one doorbell counted
+        poke(region, down_hdr + PROD, "<Q", 1 << 62)        # our producer cursor
+        poke(region, down_hdr + BELL_SEQ, "<Q", 1)             # one doorbell counted
     elif attack == "cons":
-        poke(region, down_hdr + 128, "<Q", 1 << 40)       # consumed more than sent
+        poke(region, down_hdr + CONS, "<Q", 1 << 40)       # consumed more than sent
     elif attack == "stale-bell":
         return stale_bell(region, down_hdr, mine, lock)
     elif attack.startswith("pool-"):
@@ -282,29 +284,27 @@ def stale_bell(region, down_hdr, mine, lock):
     data = down_hdr + HDR
 
     def ring(seq, val):
-        poke(region, down_hdr + 208 + 8 * (seq % 32), "<Q", val)   # bell_val[seq]
-        poke(region, down_hdr + 192, "<Q", seq + 1)                 # bell_seq
+        poke(region, down_hdr + BELL_VAL + 8 * (seq % 32), "<Q", val)   # bell_val[seq]
+        poke(region, down_hdr + BELL_SEQ, "<Q", seq + 1)                 # bell_seq
         mine.send(b"")
 
     region[data] = ord("a")
-    poke(region, down_hdr + 64, "<Q", 1)                  # producer cursor
+    poke(region, down_hdr + PROD, "<Q", 1)                  # producer cursor
     ring(0, 1)
     deadline = time.time() + 5
-    while struct.unpack_from("<Q", region, 128)[0] != 1 and time.time() < deadline:
+    while struct.unpack_from("<Q", region, CONS)[0] != 1 and time.time() < deadline:
         time.sleep(0.01)                                  # the client's consumer cursor
     time.sleep(0.3)                                       # it waits for more now
     ring(1, 1)                                            # late: its byte is read
     print("stale", flush=True)
     time.sleep(0.3)
     region[data + 1] = ord("b")
-    poke(region, down_hdr + 64, "<Q", 2)
+    poke(region, down_hdr + PROD, "<Q", 2)
     ring(2, 2)
     time.sleep(5)
     os.close(lock)
 
 
-# ring.h: ref_prod, pool_ack, ref[] (16 bytes each) within a ring header
-REF_PROD, POOL_ACK, REFS = 88, 160, 576
 F_ADD_SEALS, F_SEAL_SEAL, F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_FUTURE_WRITE = 1033, 1, 2, 4, 16
 
 
@@ -335,8 +335,8 @@ def pool_attack(region, down_hdr, mine, lock, attack):
             except BlockingIOError:
                 pass
         wake = wake.detach()
-    poke(region, down_hdr + 208, "<Q", 0)                 # bell_val[0]: producer 0
-    poke(region, down_hdr + 192, "<Q", 1)                 # bell_seq
+    poke(region, down_hdr + BELL_VAL, "<Q", 0)                 # bell_val[0]: producer 0
+    poke(region, down_hdr + BELL_SEQ, "<Q", 1)                 # bell_seq
     socket.send_fds(mine, [b""], [pool, wake])
     deadline = time.time() + 3
     while struct.unpack_from("<I", region, POOL_ACK)[0] != 1 and time.time() < deadline:
@@ -346,9 +346,9 @@ def pool_attack(region, down_hdr, mine, lock, attack):
     struct.pack_into("<QII", region, down_hdr + REFS, 0, off, 5)
     poke(region, down_hdr + REF_PROD, "<Q", 1)
     region[down_hdr + HDR] = 0                            # the placeholder byte
-    poke(region, down_hdr + 64, "<Q", 1)                  # producer cursor
-    poke(region, down_hdr + 208 + 8, "<Q", 1)             # bell_val[1]
-    poke(region, down_hdr + 192, "<Q", 2)
+    poke(region, down_hdr + PROD, "<Q", 1)                  # producer cursor
+    poke(region, down_hdr + BELL_VAL + 8, "<Q", 1)             # bell_val[1]
+    poke(region, down_hdr + BELL_SEQ, "<Q", 2)
     mine.send(b"")
     time.sleep(3)
     os.close(lock)
@@ -460,8 +460,8 @@ def client(reg, port, attack):
                     fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
     socket.send_fds(pair, [accept_msg(CONFIRM, nonce, up, down, netns(c))], [mfd, c.fileno()])
     if attack == "prod":
-        poke(region, 64, "<Q", 1 << 62)      # our producer cursor: far beyond the ring
-        poke(region, 192, "<Q", 1)
+        poke(region, PROD, "<Q", 1 << 62)      # our producer cursor: far beyond the ring
+        poke(region, BELL_SEQ, "<Q", 1)
         pair.send(b"")
     pair.settimeout(5)
     try:
