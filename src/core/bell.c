@@ -174,6 +174,8 @@ void bell_after_produce(struct conn *c, int fd)
 	}
 	/* pairs with the reader's publish-cons-then-load-prod (Dekker) */
 	peer_cons = atomic_load_explicit(&c->rx->cons, memory_order_seq_cst);
+	if (ring_cons_valid(sh->peer_cons_seen, peer_cons, sh->prod))
+		sh->peer_cons_seen = peer_cons;         /* fetched anyway: the room, the next skip */
 	if (sh->bell_seq != 0 && sh->bell_last_val > peer_cons &&
 	    (!atomic_load_explicit(&c->rx->bell_each, memory_order_relaxed) ||
 	     bells_outstanding(c) >= BELL_EACH_MAX) && !lowat_reached(c, peer_cons))

@@ -391,8 +391,11 @@ static int rx_spin(struct conn *c, size_t take, int futex, uint32_t *seq)
 	if (changed) {
 		/* the bytes' line is on its way while the read makes ready */
 		__builtin_prefetch(ring_data_ro(c->rx) + (sh->cons & (c->rx_size - 1)));
-		/* no sleep follows: no promise to leave, only the offer to take back */
-		atomic_store_explicit(&c->tx->spin_take, 0, memory_order_release);
+		/* no sleep follows: no promise to leave, only the offer to take
+		 * back - seq_cst, before the look at the producer that follows
+		 * (rx_recv_step, rx_peek): a writer that still saw the offer
+		 * published before that look, and this read takes its bytes */
+		atomic_store_explicit(&c->tx->spin_take, 0, memory_order_seq_cst);
 		return LOOK_AGAIN;
 	}
 	if (futex) {
