@@ -332,9 +332,13 @@ static void step_read(struct world *w, struct in *in)
 FUZZ_QUIET static void check_written(struct world *w, uint64_t at, const uint8_t *src, size_t n)
 {
 	const uint8_t *d = ring_data(w->tx);
+	/* more than a ring in one call: the peer claimed, before the call, to
+	 * have consumed bytes the call then wrote - the writer fetches its
+	 * cursor only when short of room, and by then the claim is true.  Its
+	 * own stream is overwritten, nothing else: the last ring of it is here */
+	size_t skip = n > w->c.tx_size ? n - w->c.tx_size : 0;
 
-	FUZZ_CHECK(n <= w->c.tx_size);
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = skip; i < n; i++)
 		FUZZ_CHECK(d[(at + i) & (w->c.tx_size - 1)] == src[i]);
 }
 
