@@ -130,6 +130,9 @@ int hs_uring_seen(int fd, int on);
 void hs_listener_unserved(int fd);
 /* In a fork child: the inherited listeners are now shared (listener.c). */
 void hs_after_fork(void);
+/* Before an exec: entries naming the inbox shared with the parent, for listeners
+ * the exec'd program keeps, made again without it (it does not cross exec). */
+void hs_listeners_before_exec(void);
 
 /*
  * moved.c: connections that go on over their TCP socket (core/move.c).

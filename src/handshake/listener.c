@@ -169,29 +169,24 @@ static void listener_register_again(int fd, const struct listener_offer *offer)
 	fd_set_listen_lock(fd, lock);
 }
 
-static int listener_defers_accept(int fd)
-{
-	int v = 0;
-	socklen_t l = sizeof(v);
-
-	return sys_getsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &v, &l) == 0 && v;
-}
-
 /*
- * The inbox a fork child names for a listener that defers accept: the one
- * it inherited with the listener (inbox.c reads it, shared with the parent
- * and the other children), so that every entry for the address names one
- * inbox and a client sends its offer with its first bytes over TCP to
- * whichever process the kernel wakes (apache2's children, nginx's workers
- * with `deferred`).  Not for other listeners: their clients wait in
- * connect() for the rendezvous, which any acceptor answers.  0 if none.
- * @forking: called from the fork child's handler (hs_after_fork).
+ * The inbox a fork child names for a listener it inherited: the one it
+ * inherited with the listener (inbox.c reads it, shared with the parent and
+ * the other children, each offer parked for the child that accepts its
+ * connection), so that every entry for the address names one inbox and a
+ * client sends its offer to whichever process the kernel gives the
+ * connection (apache2's children, nginx's workers, php-fpm's).  Not the
+ * rendezvous: there a server that accepts waits for its client's confirm,
+ * and an event loop's client (ab, wrk, a proxy) waits in connect() for the
+ * server's answer - each side's loop held by the other's, per connection
+ * (nginx with a worker, ab -c 20, a connection per request: 0.48x of TCP,
+ * 0.73x with the shared inbox).  0 if none.  @forking: called from the
+ * fork child's handler (hs_after_fork).
  */
 static int listener_inherited_inbox(int fd, int forking, struct listener_offer *offer)
 {
 	int pid = 0;
-	uint64_t id = !listener_defers_accept(fd) ? 0 :
-	              forking ? inbox_inherited_forking(&pid) : inbox_inherited(&pid);
+	uint64_t id = forking ? inbox_inherited_forking(&pid) : inbox_inherited(&pid);
 
 	if (!id)
 		return 0;
@@ -202,11 +197,11 @@ static int listener_inherited_inbox(int fd, int forking, struct listener_offer *
 
 /*
  * A fork child may accept on every listener it inherited: it adds an entry
- * of its own, without an inbox (or naming the shared one, for a listener
- * that defers accept), so clients see that more than one process accepts
- * there and use the rendezvous (or the shared inbox).  The entry lives as
- * long as the child holds the listener: across exec too when the listener
- * survives it.
+ * of its own naming the shared inbox (or none, when the inbox could not be
+ * shared: clients see that more than one process accepts there and use the
+ * rendezvous).  The entry lives as long as the child holds the listener:
+ * across exec too when the listener survives it, but without the inbox,
+ * which does not (hs_listeners_before_exec).
  */
 static int forked_named_inbox;       /* listener_forked named the inherited inbox */
 
@@ -243,6 +238,29 @@ void hs_listener_defers(int fd)
 	hs_listener_no_direct(fd);
 	listener_register_again(fd, &offer);
 	DBG("listen fd %d: accept deferred: first bytes over TCP", fd);
+}
+
+/*
+ * A listener that survives the exec about to happen, whose entry names the
+ * inbox this process shares with its parent: the exec'd program will not
+ * hold that inbox (close-on-exec), so an offer sent there for a connection
+ * it accepts would wait for nobody to read it - a handshake timeout per
+ * connection.  The entry is made again without an inbox: clients use the
+ * rendezvous, which any acceptor answers (or TCP at once, where accept is
+ * deferred), as for any other acceptor the registry cannot vouch for.
+ */
+static void listener_before_exec(int fd)
+{
+	struct listener_offer offer;
+
+	if ((fd_flags(fd) & FDF_NO_DIRECT) && !(sys_fcntl(fd, F_GETFD, 0) & FD_CLOEXEC) &&
+	    listener_inherited_inbox(fd, 0, &offer))
+		listener_register_again(fd, &(struct listener_offer){ 0 });
+}
+
+void hs_listeners_before_exec(void)
+{
+	fd_for_each_listener(listener_before_exec);
 }
 
 void hs_after_fork(void)

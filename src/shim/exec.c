@@ -12,6 +12,7 @@
 #include "conn.h"
 #include "fdtab.h"
 #include "handover.h"
+#include "handshake.h"
 #include "interpose.h"
 #include "sys.h"
 #include "epoll_watch.h"
@@ -127,6 +128,8 @@ int exec_with_handover(const struct exec_call *x, char *const envp[])
 		n++;
 	if (!smclo_active)
 		return call_real(x, envp);
+	if (!sys_in_vfork_child())
+		hs_listeners_before_exec();     /* a vfork child would change its parent's */
 	{
 		char *env_out[n + 2];
 		char record[HANDOVER_ENV_MAX], target[PATH_MAX];

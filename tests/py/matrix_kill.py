@@ -49,6 +49,8 @@ in the survivor):
   accept    blocking accept() in the main thread: direct after the first
   epoll     non-blocking listener in epoll: never direct (inbox handshake)
   prefork   two children accept on the listener they inherited: rendezvous
+            (the test's client takes it with SMCLO_INBOX=0; else the inbox
+            the children share with their parent)
   fork      fork per connection, the parent closes its copy at once
 The client first makes one connection and closes it (so that a server
 blocking in accept() takes all the others without TCP); a victim client

@@ -22,8 +22,10 @@ def start_pair(reg, procs, tmp_path, server_ms, client_ms, forked=True, server_e
                       env=env, text=True)
     assert srv.stdout.readline().strip() == "ready"
     wait_port(port, proc=srv)
-    cli = procs.start([PY, SLOW, "client", str(port), str(nbytes)],
-                      env=dict(reg.env, SMCLO_HANDSHAKE_MS=str(client_ms)), text=True)
+    # forked: the rendezvous, which the client takes (SMCLO_INBOX=0) instead
+    # of the inbox the server's child shares with its parent
+    cenv = dict(reg.env, SMCLO_HANDSHAKE_MS=str(client_ms), **({"SMCLO_INBOX": "0"} if forked else {}))
+    cli = procs.start([PY, SLOW, "client", str(port), str(nbytes)], env=cenv, text=True)
     assert cli.stdout.readline().strip() == "connecting"
     return srv, cli, gate
 

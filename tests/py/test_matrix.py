@@ -50,7 +50,7 @@ ring, poll/select/epoll for writing after EAGAIN, event-loop waits for
 both - on blocking and non-blocking sockets.  Each must end in EOF,
 ECONNRESET or EPIPE within 1 s.  Server patterns: blocking accept (direct,
 with SMCLO_DIRECT=1),
-an epoll listener (inbox), prefork (rendezvous), fork per connection with
+an epoll listener (inbox), prefork (rendezvous: SMCLO_INBOX=0 at the client), fork per connection with
 the parent closing its copy; the client killed while the server waits, and
 the server killed while the client waits.  The waits of one (pattern, side)
 run on one pair of processes, each on its own connection, killed at once;
@@ -103,7 +103,9 @@ BUGS = {}
 # * epoll-*, poll, select, fork-epoll: a listener the program polls never goes
 #   direct (§2d "Who goes direct"): inbox handshake over TCP.
 # * prefork*: children accepting on an inherited listener each add a listener
-#   entry (§2a "Exactly one acceptor"), so clients use the rendezvous.
+#   entry naming the inbox they share with their parent (§2a "A shared
+#   inbox"), so clients use the inbox handshake (never direct: the offer goes
+#   to whichever child accepts).
 #   prefork-dup0: the children move the listener to descriptor 0 and close the
 #   original (php-fpm's workers); the entry goes with the copy
 #   (hs_listener_closed), else the master's would be the only one, clients
@@ -202,9 +204,9 @@ select             inbox          inbox          rendezvous      tcp
 fork-early         direct         inbox          rendezvous      tcp
 fork-late          direct         inbox          rendezvous      tcp
 fork-epoll         inbox          inbox          rendezvous      tcp
-prefork            rendezvous     rendezvous     rendezvous      tcp
-prefork-epoll      rendezvous     rendezvous     rendezvous      tcp
-prefork-dup0       rendezvous     rendezvous     rendezvous      tcp
+prefork            inbox          inbox          rendezvous      tcp
+prefork-epoll      inbox          inbox          rendezvous      tcp
+prefork-dup0       inbox          inbox          rendezvous      tcp
 thread             direct         inbox          rendezvous      tcp
 seccomp-fork       direct         inbox          rendezvous      tcp
 handoff            direct         inbox          rendezvous      tcp
@@ -230,7 +232,7 @@ setuid             no-registry    no-registry    no-registry     tcp
 setuid-shared      inbox          inbox          rendezvous      tcp
 user-accept        direct         inbox          rendezvous      tcp
 user-epoll         inbox          inbox          rendezvous      tcp
-user-prefork       rendezvous     rendezvous     rendezvous      tcp
+user-prefork       inbox          inbox          rendezvous      tcp
 setgid             direct         inbox          rendezvous      tcp
 chroot             no-registry    no-registry    no-registry     tcp
 daemon-close       direct         inbox          rendezvous      tcp
@@ -531,6 +533,8 @@ def kill_batch(pattern, side, procs, tmp_path):
     reg = Registry(tmp_path / ("kill-registry-%s-%s" % (pattern, side)))
     if KILL_PATTERNS[pattern] == "direct":
         reg.env["SMCLO_DIRECT"] = "1"      # the opt-in: no TCP beneath to end it
+    if KILL_PATTERNS[pattern] == "rendezvous":
+        reg.env["SMCLO_INBOX"] = "0"       # prefork's children share an inbox else
     port = free_port()
     roles = ("survivor", "victim") if side == "server" else ("victim", "survivor")
     errs = {r: tmp_path / ("%s-%s-%s.err" % (pattern, side, r)) for r in roles}
