@@ -180,7 +180,7 @@ static void listener_register_again(int fd, const struct listener_offer *offer)
  * and an event loop's client (ab, wrk, a proxy) waits in connect() for the
  * server's answer - each side's loop held by the other's, per connection
  * (nginx with a worker, ab -c 20, a connection per request: 0.48x of TCP,
- * 0.73x with the shared inbox).  0 if none.  @forking: called from the
+ * about 0.7x with the shared inbox).  0 if none.  @forking: called from the
  * fork child's handler (hs_after_fork).
  */
 static int listener_inherited_inbox(int fd, int forking, struct listener_offer *offer)
