@@ -247,14 +247,15 @@ void hs_listener_defers(int fd)
  * it accepts would wait for nobody to read it - a handshake timeout per
  * connection.  The entry is made again without an inbox: clients use the
  * rendezvous, which any acceptor answers (or TCP at once, where accept is
- * deferred), as for any other acceptor the registry cannot vouch for.
+ * deferred), as for any other acceptor the registry cannot vouch for.  An
+ * exec that fails leaves it so: slower, never stalled.
  */
 static void listener_before_exec(int fd)
 {
-	struct listener_offer offer;
+	int parent;
 
 	if ((fd_flags(fd) & FDF_NO_DIRECT) && !(sys_fcntl(fd, F_GETFD, 0) & FD_CLOEXEC) &&
-	    listener_inherited_inbox(fd, 0, &offer))
+	    inbox_inherited(&parent))
 		listener_register_again(fd, &(struct listener_offer){ 0 });
 }
 
