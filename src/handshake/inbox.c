@@ -389,11 +389,20 @@ void inbox_direct_close(int lfd, void (*refuse)(const union clc_msg *m, int fds[
 	sys_close(gone.sock);
 }
 
-/* Note the ends of @p's TCP connection, as its socket (the proof) says. */
+/*
+ * Note the ends of @p's TCP connection, as its socket (the proof) says.
+ * The peer first: a client offers before its SYN, so its connect() may run
+ * between the two questions, and asked the other way round a socket still
+ * unbound (port 0) then connected read as a connection from port 0 - an
+ * offer parked where no accept ever looks, its client's FIN held with it
+ * (the socket stays open while the offer holds it).  The kernel names a
+ * peer only once the connection is up, and binds the local end before.
+ */
 static void pending_read_ends(struct pending *p)
 {
-	p->ends_known = ep_of_socket(p->fds[OFFER_FD_TCP], 0, &p->client) == 0 &&
-	                ep_of_socket(p->fds[OFFER_FD_TCP], 1, &p->server) == 0;
+	p->ends_known = ep_of_socket(p->fds[OFFER_FD_TCP], 1, &p->server) == 0 &&
+	                ep_of_socket(p->fds[OFFER_FD_TCP], 0, &p->client) == 0 &&
+	                p->client.port != 0;
 }
 
 /*

@@ -134,3 +134,67 @@ def test_an_execd_acceptor_is_not_sent_offers_it_cannot_read(reg, procs, tmp_pat
     assert st["fallback_by_reason"]["timeout"] == 0, st["fallback_by_reason"]
     assert st["inbox_handshakes"] == 0, st            # the rendezvous
     assert took < 20 * 0.3, "%.1f s for 20 connections" % took
+
+
+# Threads of one client process, each making connections one after another
+# as fast as it can: three round trips of 5000 random bytes each, checked.
+# Prints "ok" or what went wrong; a connection that waits 10 s fails.
+BURST = r"""
+import os, socket, sys, threading, time
+port, threads, each = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+bad, slow = [], [0.0]
+def one():
+    c = socket.create_connection(("127.0.0.1", port), timeout=10)
+    t0 = time.monotonic()
+    for _ in range(3):
+        data = os.urandom(5000)
+        c.sendall(data)
+        got = b""
+        while len(got) < len(data):
+            d = c.recv(len(data) - len(got))
+            if not d:
+                raise EOFError("end of stream after %d bytes" % len(got))
+            got += d
+        if got != data:
+            raise ValueError("echo differs")
+    c.close()
+    slow[0] = max(slow[0], time.monotonic() - t0)
+def worker():
+    for _ in range(each):
+        try:
+            one()
+        except Exception as e:
+            bad.append(repr(e))
+ts = [threading.Thread(target=worker) for _ in range(threads)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print("ok" if not bad else "bad %d %s" % (len(bad), bad[:3]), "%.3f" % slow[0])
+"""
+
+
+def test_a_burst_against_one_forked_acceptor_finds_every_offer(reg, procs, tmp_path):
+    """A forked child accepting alone on its parent's listener, fifty client
+    threads connecting at once: offers are read ahead of their connections
+    (the accept queue runs hundreds behind the inbox), some while their
+    client is in the middle of connect().  Such an offer's ends must be read
+    peer first: read the other way round, a socket bound and connected
+    between the two questions named port 0, the offer was parked where no
+    accept looks, its client waited out the handshake, and the socket the
+    offer held open kept that client's FIN from the child - which waited
+    for it in recv() forever, and every client after it with it (3 bursts
+    in 5 hung so).  Every connection is accelerated, none waits."""
+    script = tmp_path / "burst.py"
+    script.write_text(BURST)
+    port = free_port()
+    srv = procs.start([PY, PEER, "echo-prefork", "127.0.0.1", str(port), "1"], env=reg.env)
+    wait_port(port, proc=srv)
+    deadline = time.monotonic() + 10
+    while len(reg.entries("l")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)            # the child's entry, naming the inbox it shares
+    for burst in range(3):
+        c = procs.start([PY, str(script), str(port), "50", "20"], env=reg.env, text=True)
+        out, _ = c.communicate(timeout=60)
+        assert c.returncode == 0 and out.split()[0] == "ok", (burst, out)
+    st = reg.stats()
+    assert st["fallback_by_reason"]["timeout"] == 0, st["fallback_by_reason"]
+    assert st["accelerated_client"] == 3000 and st["accelerated_server"] == 3000, st
