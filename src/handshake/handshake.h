@@ -133,6 +133,9 @@ void hs_after_fork(void);
 /* Before an exec: entries naming the inbox shared with the parent, for listeners
  * the exec'd program keeps, made again without it (it does not cross exec). */
 void hs_listeners_before_exec(void);
+/* Before a spawn (posix_spawn: glibc's own clone execs the program, where no
+ * code of ours runs): the same for the listeners @keeps says it keeps. */
+void hs_listeners_before_spawn(int (*keeps)(int fd, const void *ctx), const void *ctx);
 
 /*
  * moved.c: connections that go on over their TCP socket (core/move.c).

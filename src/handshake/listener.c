@@ -241,27 +241,57 @@ void hs_listener_defers(int fd)
 }
 
 /*
- * A listener that survives the exec about to happen, whose entry names the
- * inbox this process shares with its parent: the exec'd program will not
- * hold that inbox (close-on-exec), so an offer sent there for a connection
- * it accepts would wait for nobody to read it - a handshake timeout per
- * connection.  The entry is made again without an inbox: clients use the
+ * Listener @fd will be held by another program too (an exec, a spawn): its
+ * entry names the inbox this process shares with its parent, which that
+ * program will not hold (close-on-exec), so an offer sent there for a
+ * connection it accepts would wait for nobody to read it - a handshake
+ * timeout, and the client's socket held open by the unread offer, its FIN
+ * with it.  The entry is made again without an inbox: clients use the
  * rendezvous, which any acceptor answers (or TCP at once, where accept is
- * deferred), as for any other acceptor the registry cannot vouch for.  An
- * exec that fails leaves it so: slower, never stalled.
+ * deferred), as for any other acceptor the registry cannot vouch for.
  */
+static void listener_without_inherited_inbox(int fd)
+{
+	if (fd_flags(fd) & FDF_NO_DIRECT)
+		listener_register_again(fd, &(struct listener_offer){ 0 });
+}
+
+/* Kept across the exec about to happen; an exec that fails leaves the entry
+ * so: slower, never stalled. */
 static void listener_before_exec(int fd)
 {
-	int parent;
-
-	if ((fd_flags(fd) & FDF_NO_DIRECT) && !(sys_fcntl(fd, F_GETFD, 0) & FD_CLOEXEC) &&
-	    inbox_inherited(&parent))
-		listener_register_again(fd, &(struct listener_offer){ 0 });
+	if (!(sys_fcntl(fd, F_GETFD, 0) & FD_CLOEXEC))
+		listener_without_inherited_inbox(fd);
 }
 
 void hs_listeners_before_exec(void)
 {
-	fd_for_each_listener(listener_before_exec);
+	int parent;
+
+	if (inbox_inherited(&parent))
+		fd_for_each_listener(listener_before_exec);
+}
+
+/* What hs_listeners_before_spawn asks of each listener (fd_for_each_listener
+ * passes no context). */
+static _Thread_local int (*spawn_keeps)(int fd, const void *ctx);
+static _Thread_local const void *spawn_ctx;
+
+static void listener_before_spawn(int fd)
+{
+	if (spawn_keeps(fd, spawn_ctx))
+		listener_without_inherited_inbox(fd);
+}
+
+void hs_listeners_before_spawn(int (*keeps)(int fd, const void *ctx), const void *ctx)
+{
+	int parent;
+
+	if (!inbox_inherited(&parent))
+		return;
+	spawn_keeps = keeps;
+	spawn_ctx = ctx;
+	fd_for_each_listener(listener_before_spawn);
 }
 
 void hs_after_fork(void)

@@ -403,11 +403,67 @@ static int spawn_common(pid_t *pid, const char *file, int search,
 	return rc;
 }
 
+/* The file actions of a spawn, as far as they are known (FA_* ops). */
+struct spawn_fds {
+	const struct fa_op *ops;
+	int nops;
+};
+
+/*
+ * Does the spawned program keep listener @fd: open without close-on-exec
+ * after the file actions, in their order, or copied by one of them (a
+ * dup2 to another number leaves the copy without close-on-exec)?
+ */
+static int spawn_keeps(int fd, const void *ctx)
+{
+	const struct spawn_fds *s = ctx;
+	int kept = !(sys_fcntl(fd, F_GETFD, 0) & FD_CLOEXEC);
+
+	for (int i = 0; i < s->nops; i++) {
+		const struct fa_op *op = &s->ops[i];
+
+		if (op->kind == FA_DUP2 && op->fd == fd)
+			kept = 1;       /* to itself it clears close-on-exec */
+		else if (((op->kind == FA_CLOSE || op->kind == FA_OPEN) && op->fd == fd) ||
+		         (op->kind == FA_CLOSEFROM && fd >= op->fd) ||
+		         (op->kind == FA_DUP2 && op->newfd == fd))
+			kept = 0;       /* closed, or its number given to another file */
+		if (op->kind == FA_DUP2 && op->fd == fd && op->newfd != fd)
+			return 1;       /* the copy lives on */
+	}
+	return kept;
+}
+
+/*
+ * A fork child's listener entries name the inbox it shares with its
+ * parent; a program it spawns with one of them would accept connections
+ * whose offers wait there for nobody (handshake.h,
+ * hs_listeners_before_spawn).  Asked before every spawn, whoever does it.
+ */
+static void spawn_listeners(const posix_spawn_file_actions_t *fa)
+{
+	struct spawn_fds s = { 0 };
+	struct fa_list *l;
+
+	if (!smclo_active || sys_in_vfork_child())
+		return;
+	pthread_mutex_lock(&fa_lock);
+	if (fa && (l = fa_find(fa, 0)) && !l->unknown) {
+		s.ops = l->ops;
+		s.nops = l->n;
+	}
+	hs_listeners_before_spawn(spawn_keeps, &s);
+	pthread_mutex_unlock(&fa_lock);
+}
+
 EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
                        const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
 	REAL(posix_spawn);
-	int handled, rc = spawn_common(pid, path, 0, fa, attr, argv, envp, &handled);
+	int handled, rc;
+
+	spawn_listeners(fa);
+	rc = spawn_common(pid, path, 0, fa, attr, argv, envp, &handled);
 
 	return handled ? rc : real_posix_spawn(pid, path, fa, attr, argv, envp);
 }
@@ -416,7 +472,10 @@ EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_act
                         const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
 	REAL(posix_spawnp);
-	int handled, rc = spawn_common(pid, file, 1, fa, attr, argv, envp, &handled);
+	int handled, rc;
+
+	spawn_listeners(fa);
+	rc = spawn_common(pid, file, 1, fa, attr, argv, envp, &handled);
 
 	return handled ? rc : real_posix_spawnp(pid, file, fa, attr, argv, envp);
 }

@@ -32,6 +32,8 @@ Patterns (see PATTERNS at the end):
   prefork-epoll    3 children poll the shared non-blocking listener with epoll
   prefork-dup0     3 children move the listener to descriptor 0 (dup2, close the
                    original: php-fpm's workers) and block in accept() there
+  prefork-spawn    3 children each posix_spawn a program that accepts on the
+                   listener it inherits (a supervisor's child starting a worker)
   thread           a thread per connection, the main thread in accept()
   handoff          accept() in the main thread, served by one worker thread
   scm-keep         the accepted descriptor goes to a worker process over
@@ -560,6 +562,15 @@ def p_fork_epoll(port, work):
         reap()
 
 
+def wait_children():
+    """Until every child has exited."""
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            return
+
+
 def p_prefork(kind, defer=False):
     def run(port, work):
         l = listen(port)
@@ -577,12 +588,31 @@ def p_prefork(kind, defer=False):
                 Loop(kind, l).run()
                 os._exit(0)
         ready()
-        while True:
-            try:
-                os.wait()
-            except ChildProcessError:
-                return
+        wait_children()
     return run
+
+
+def p_prefork_spawn(port, work):
+    l = listen(port)
+    os.set_inheritable(l.fileno(), True)
+    spawned_r, spawned_w = os.pipe()
+    os.set_inheritable(spawned_w, True)
+    for _ in range(3):
+        if os.fork() == 0:
+            pid = os.posix_spawn(sys.executable, [sys.executable, os.path.abspath(__file__),
+                                                  "spawned-acceptor", str(l.fileno()),
+                                                  str(spawned_w)], os.environ)
+            os.waitpid(pid, 0)
+            os._exit(0)
+    # ready once every program is about to accept: until its child spawned
+    # it, a child's entry names the shared inbox (made at the fork), and a
+    # client that looked it up then would offer there; and a program still
+    # starting answers no rendezvous within its client's timeout
+    got = b""
+    while len(got) < 3:
+        got += os.read(spawned_r, 3 - len(got))
+    ready()
+    wait_children()
 
 
 # ---- another process serves the connection -----------------------------
@@ -799,6 +829,7 @@ PATTERNS = {
     "prefork": p_prefork("accept"),
     "prefork-epoll": p_prefork("epoll-lt"),
     "prefork-dup0": p_prefork("dup0"),
+    "prefork-spawn": p_prefork_spawn,
     "prefork-defer": p_prefork("accept", defer=True),
     "prefork-defer-epoll": p_prefork("epoll-lt", defer=True),
     "thread": p_thread,
@@ -832,4 +863,10 @@ if __name__ == "__main__":
     if sys.argv[1] == "scm-worker":
         scm_worker(socket.socket(fileno=int(sys.argv[2])))
         sys.exit(0)
+    if sys.argv[1] == "spawned-acceptor":        # prefork-spawn's program
+        spawned = socket.socket(fileno=int(sys.argv[2]))
+        os.write(int(sys.argv[3]), b"s")
+        os.close(int(sys.argv[3]))
+        while True:
+            echo(spawned.accept()[0])
     PATTERNS[sys.argv[1]](int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "/tmp")

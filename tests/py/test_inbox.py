@@ -93,14 +93,17 @@ def test_offer_read_early_waits_for_its_connection(reg, procs, tmp_path):
     assert st["inbox_handshakes"] == 2 and st["fallback"] == 0, st
 
 
-# Listen, fork; the child execs a program that accepts on the listener it
-# inherited (a supervisor spawning its workers so), the parent only waits.
-EXEC_ACCEPTOR = r"""
+# Listen, fork; the child starts a program that accepts on the listener it
+# inherited (a supervisor starting its workers so), by exec or posix_spawn
+# (glibc's clone execs it, where no code of smclo's runs in the child); the
+# parent only waits.
+CHILD_ACCEPTOR = r"""
 import os, socket, sys
 sys.path.insert(0, sys.argv[2])
 from peer import echo
-if len(sys.argv) > 3:               # the exec'd acceptor
-    s = socket.socket(fileno=int(sys.argv[3]))
+if len(sys.argv) > 5:               # the program the child started
+    s = socket.socket(fileno=int(sys.argv[5]))
+    open(sys.argv[4], "w").close()  # accepting from here on
     while True:
         echo(s.accept()[0])
 s = socket.socket()
@@ -108,11 +111,29 @@ s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", int(sys.argv[1])))
 s.listen(64)
 os.set_inheritable(s.fileno(), True)
+argv = [sys.executable] + sys.argv[:5] + [str(s.fileno())]
 if os.fork() == 0:
-    os.execv(sys.executable, [sys.executable, sys.argv[0], sys.argv[1], sys.argv[2],
-                              str(s.fileno())])
+    if sys.argv[3] == "exec":
+        os.execv(sys.executable, argv)
+    os.waitpid(os.posix_spawn(sys.executable, argv, os.environ), 0)
+    os._exit(0)
 os.wait()
 """
+
+
+def start_child_acceptor(reg, procs, tmp_path, how):
+    """CHILD_ACCEPTOR started @how; its port once the program accepts (a
+    program still starting would answer no rendezvous in its timeout)."""
+    script, accepting = tmp_path / "child_acceptor.py", tmp_path / "accepting"
+    script.write_text(CHILD_ACCEPTOR)
+    port = free_port()
+    srv = procs.start([PY, str(script), str(port), os.path.dirname(PEER), how,
+                       str(accepting)], env=reg.env)
+    wait_port(port, proc=srv)
+    deadline = time.monotonic() + 30
+    while not accepting.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return port
 
 
 def test_an_execd_acceptor_is_not_sent_offers_it_cannot_read(reg, procs, tmp_path):
@@ -122,11 +143,7 @@ def test_an_execd_acceptor_is_not_sent_offers_it_cannot_read(reg, procs, tmp_pat
     exec (listener.c, hs_listeners_before_exec): clients use the rendezvous,
     which the program answers.  Named there, every offer would wait for a
     reader that never comes: the handshake timeout per connection."""
-    script = tmp_path / "exec_acceptor.py"
-    script.write_text(EXEC_ACCEPTOR)
-    port = free_port()
-    srv = procs.start([PY, str(script), str(port), os.path.dirname(PEER)], env=reg.env)
-    wait_port(port, proc=srv)
+    port = start_child_acceptor(reg, procs, tmp_path, "exec")
     t0 = time.monotonic()
     st = churn(reg, procs, port, 1, 20)
     took = time.monotonic() - t0
@@ -198,3 +215,22 @@ def test_a_burst_against_one_forked_acceptor_finds_every_offer(reg, procs, tmp_p
     st = reg.stats()
     assert st["fallback_by_reason"]["timeout"] == 0, st["fallback_by_reason"]
     assert st["accelerated_client"] == 3000 and st["accelerated_server"] == 3000, st
+
+
+def test_a_spawned_acceptor_is_not_sent_offers_it_cannot_read(reg, procs, tmp_path):
+    """The same through posix_spawn (spawn.c asks before every spawn which
+    listeners the program keeps - close-on-exec, then the file actions -
+    and hs_listeners_before_spawn makes their entries again without the
+    shared inbox).  Named there, the first offer waited for nobody, and the
+    socket it held open kept that client's FIN from the acceptor, which
+    echoed until end of stream: it served nothing more, ever."""
+    port = start_child_acceptor(reg, procs, tmp_path, "spawn")
+    t0 = time.monotonic()
+    c = procs.start([PY, PEER, "churn", "127.0.0.1", str(port), "20"], env=reg.env, text=True)
+    out, _ = c.communicate(timeout=30)
+    took = time.monotonic() - t0
+    assert c.returncode == 0 and out.split() == ["bad", "0"], out
+    st = reg.stats()
+    assert st["accelerated_client"] == 20 and st["accelerated_server"] == 20, st
+    assert st["fallback_by_reason"]["timeout"] == 0, st["fallback_by_reason"]
+    assert took < 20 * 0.3, "%.1f s for 20 connections" % took

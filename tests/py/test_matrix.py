@@ -111,6 +111,13 @@ BUGS = {}
 #   (hs_listener_closed), else the master's would be the only one, clients
 #   would offer to its inbox, and it never accepts (every connection waited
 #   the handshake timeout).
+# * prefork-spawn: each child posix_spawns the program that accepts on the
+#   listener it inherited; glibc's clone execs it where no code of ours
+#   runs, so spawn.c asks first which listeners the program keeps and their
+#   entries are made again without the inbox the child shares with its
+#   parent (the program will not read it): the rendezvous, in every column.
+#   Named there, the first offer waited for nobody and held its client's
+#   FIN with the socket it carries: the acceptor waited for it forever.
 # * fork-early/-late/exec-*: each child closes its copy of the listener, so its
 #   entry dies with it and the parent stays the single, direct acceptor.
 # * spawn-helper: posix_spawn while the process holds an accelerated connection
@@ -207,6 +214,7 @@ fork-epoll         inbox          inbox          rendezvous      tcp
 prefork            inbox          inbox          rendezvous      tcp
 prefork-epoll      inbox          inbox          rendezvous      tcp
 prefork-dup0       inbox          inbox          rendezvous      tcp
+prefork-spawn      rendezvous     rendezvous     rendezvous      tcp
 thread             direct         inbox          rendezvous      tcp
 seccomp-fork       direct         inbox          rendezvous      tcp
 handoff            direct         inbox          rendezvous      tcp
@@ -633,7 +641,7 @@ SERIAL = {"accept", "handoff", "scm-keep", "scm-close", "scm-exec", "scm-midstre
           "system-cat", "setuid", "setgid", "chroot", "daemon-close", "daemon-closerange",
           "spawn-helper", "subprocess-helper", "api-accept", "pool-accept", "iouring-files",
           "iouring-socket"}
-AT_ONCE = {"prefork": 3, "prefork-dup0": 3}   # three children, one connection each
+AT_ONCE = {"prefork": 3, "prefork-dup0": 3, "prefork-spawn": 3}   # three children, one connection each
 CAT_HANDLER = {"exec-cat", "exec-midstream", "exec-closeall", "exec-closerange", "spawn-cat",
                "subprocess-cat", "system-cat"}
 GREETS = {"fork-early", "fork-late", "api-fork", "pool-fork"}
